@@ -1,0 +1,16 @@
+"""myelin: a just-in-time compiler for neural networks.
+
+Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
+:class:`Compiler`, and compute with cell instances::
+
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    ...
+"""
+
+from myelin.errors import (CompileError, FlowError, FlowFormatError, InputError, MyelinError,
+                           ShapeError, UnsupportedOpError)
+from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
+
+__version__ = "0.1.0"

@@ -1,0 +1,43 @@
+"""Exception classes raised by myelin.
+
+Every error myelin raises on bad input derives from :class:`MyelinError`, carries a message
+that names what is wrong and, where it applies, where (a byte offset, an op name, a variable).
+"""
+
+
+class MyelinError(Exception):
+    """Base class of all myelin errors."""
+
+
+class FlowFormatError(MyelinError, ValueError):
+    """A .flow file (or byte string) is malformed. ``offset`` is the byte position of the fault."""
+
+    def __init__(self, message, offset=None):
+        self.offset = offset
+        if offset is not None:
+            message = f"{message} (at byte offset {offset})"
+        super().__init__(message)
+
+
+class FlowError(MyelinError, ValueError):
+    """The flow graph is inconsistent or an API call would make it so (duplicate names, bad links)."""
+
+
+class ShapeError(MyelinError, ValueError):
+    """Shapes or data types of an op's inputs do not fit together."""
+
+
+class UnsupportedOpError(MyelinError, NotImplementedError):
+    """One or more ops have no definition or no kernel; ``ops`` lists every one of them."""
+
+    def __init__(self, message, ops=()):
+        self.ops = list(ops)
+        super().__init__(message)
+
+
+class InputError(MyelinError, ValueError):
+    """A value given at run time (an input tensor, a key) does not fit what the cell expects."""
+
+
+class CompileError(MyelinError, RuntimeError):
+    """The compiler failed internally; the message names the op or step it was working on."""

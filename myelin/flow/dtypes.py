@@ -1,0 +1,98 @@
+"""Element types of flow variables: SLING's type names and their NumPy equivalents."""
+
+import numpy as np
+
+from myelin.errors import ShapeError
+
+# Canonical type names, in the order of TensorFlow's numbering that SLING follows.
+# name -> (NumPy dtype or None when NumPy has no equivalent, element size in bytes)
+_TYPES = {
+    "float32": (np.float32, 4),
+    "float64": (np.float64, 8),
+    "int32": (np.int32, 4),
+    "uint8": (np.uint8, 1),
+    "int16": (np.int16, 2),
+    "int8": (np.int8, 1),
+    "string": (None, 8),
+    "complex64": (np.complex64, 8),
+    "int64": (np.int64, 8),
+    "bool": (np.bool_, 1),
+    "qint8": (None, 1),
+    "quint8": (None, 1),
+    "qint32": (None, 4),
+    "bfloat16": (None, 2),
+    "qint16": (None, 2),
+    "uint16": (np.uint16, 2),
+    "quint16": (None, 2),
+    "complex128": (np.complex128, 16),
+    "float16": (np.float16, 2),
+    "resource": (None, 1),
+    "uint32": (np.uint32, 4),
+    "uint64": (np.uint64, 8),
+}
+
+# Names accepted when reading, mapped to canonical names.
+_ALIASES = {"float": "float32", "double": "float64", "int": "int32"}
+
+DT_FLOAT32 = "float32"
+DT_FLOAT64 = "float64"
+DT_FLOAT16 = "float16"
+DT_INT8 = "int8"
+DT_UINT8 = "uint8"
+DT_INT16 = "int16"
+DT_UINT16 = "uint16"
+DT_INT32 = "int32"
+DT_INT64 = "int64"
+DT_BOOL = "bool"
+DT_STRING = "string"
+DT_RESOURCE = "resource"
+DT_INT = DT_INT32
+DT_FLOAT = DT_FLOAT32
+DT_DOUBLE = DT_FLOAT64
+
+FLOAT_TYPES = frozenset({"float16", "float32", "float64"})
+INTEGER_TYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
+
+
+def known(name):
+    """True if ``name`` is a type name (canonical or alias)."""
+    return name in _TYPES or name in _ALIASES
+
+
+def canonical(name):
+    """The canonical spelling of a type name; raises ShapeError for an unknown one."""
+    if name in _TYPES:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    raise ShapeError(f"unknown data type {name!r}")
+
+
+def itemsize(name):
+    """Bytes per element of a type."""
+    return _TYPES[canonical(name)][1]
+
+
+def to_numpy(name):
+    """The NumPy dtype of a type; raises ShapeError if NumPy has no equivalent."""
+    np_type = _TYPES[canonical(name)][0]
+    if np_type is None:
+        raise ShapeError(f"data type {name!r} has no NumPy equivalent")
+    return np.dtype(np_type)
+
+
+def from_numpy(dtype):
+    """The type name of a NumPy dtype; raises ShapeError for one myelin does not know."""
+    dtype = np.dtype(dtype)
+    for name, (np_type, _) in _TYPES.items():
+        if np_type is not None and np.dtype(np_type) == dtype:
+            return name
+    raise ShapeError(f"NumPy dtype {dtype} has no myelin type")
+
+
+def is_float(name):
+    return canonical(name) in FLOAT_TYPES
+
+
+def is_integer(name):
+    return canonical(name) in INTEGER_TYPES

@@ -1,0 +1,129 @@
+"""The op registry: one :class:`OpDef` per op type, the single place for facts about an op.
+
+An entry holds the op's attributes, its shape and type rule (``infer``), its fusion kind and
+its float64 NumPy reference implementation (``reference``). Passes, the interpreter and the
+back ends look ops up here instead of keeping tables of their own. User code registers custom
+ops with :func:`register`.
+"""
+
+import dataclasses
+import enum
+from typing import Callable
+
+import numpy as np
+
+from myelin.errors import ShapeError, UnsupportedOpError
+
+
+class Kind(enum.IntEnum):
+    """How an op fuses with its neighbours (NNVM's op pattern kinds; lower fuses more freely)."""
+
+    ELEMWISE = 0           # out[i] = f(in[i]) over inputs of the output's shape
+    BROADCAST = 1          # element-wise with NumPy broadcasting of inputs
+    INJECTIVE = 2          # each output element reads one input element (transpose, slice, ...)
+    REDUCTION = 3          # reduces over some axes (sum, max, ...)
+    OUT_ELEMWISE_FUSABLE = 4  # complex op that can absorb an element-wise epilogue (matmul)
+    OPAQUE = 8             # stands alone
+
+
+@dataclasses.dataclass
+class TensorType:
+    """The element type and shape of a value: what ``infer`` reads and returns."""
+
+    dtype: str
+    shape: tuple
+
+    def __post_init__(self):
+        self.shape = tuple(int(d) for d in self.shape)
+
+
+@dataclasses.dataclass
+class OpDef:
+    """Everything myelin knows about one op type.
+
+    ``infer(op)`` returns a list of :class:`TensorType`, one per output, from ``op.inputs``
+    (variables with ``dtype``/``shape``, and ``data`` for constants) and ``op.attrs``; it
+    raises ShapeError naming the op and the offending shapes. ``reference(op, inputs)`` maps a
+    list of NumPy arrays (floats as float64) to a list of output arrays. ``attrs`` maps each
+    attribute the op understands to its default value (None: required or no default).
+    ``inputs`` is (min, max) input count, max None for any number. ``gradient`` is filled in by
+    the autodiff work.
+    """
+
+    type: str
+    kind: Kind
+    infer: Callable
+    reference: Callable
+    attrs: dict = dataclasses.field(default_factory=dict)
+    inputs: tuple = (1, 1)
+    outputs: int = 1
+    doc: str = ""
+    gradient: Callable | None = None
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef, replace=False):
+    """Add an op definition. Re-registering a type raises unless ``replace`` is set."""
+    if opdef.type in _REGISTRY and not replace:
+        raise ValueError(f"op type {opdef.type} is already registered")
+    _REGISTRY[opdef.type] = opdef
+    return opdef
+
+
+def lookup(op_type):
+    """The definition of an op type; raises UnsupportedOpError if there is none."""
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        raise UnsupportedOpError(f"unknown op type {op_type}", [op_type]) from None
+
+
+def find(op_type):
+    """The definition of an op type, or None."""
+    return _REGISTRY.get(op_type)
+
+
+def types():
+    """All registered op type names."""
+    return sorted(_REGISTRY)
+
+
+def check_arity(op, opdef):
+    """Raise ShapeError if ``op`` has an input count its definition does not allow."""
+    low, high = opdef.inputs
+    n = len(op.inputs)
+    if n < low or (high is not None and n > high):
+        wanted = f"{low}" if low == high else f"{low} to {high if high is not None else 'any'}"
+        raise ShapeError(f"op {op.name} ({op.type}) takes {wanted} inputs, got {n}")
+
+
+def infer(op):
+    """Output types of ``op`` from its registry entry (checks the input count first)."""
+    opdef = lookup(op.type)
+    check_arity(op, opdef)
+    return opdef.infer(op)
+
+
+def broadcast_shapes(op, *shapes):
+    """NumPy broadcasting of ``shapes``; -1 (dynamic) matches anything. Errors name ``op``."""
+    rank = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        sizes = {d for d in dims if d != 1}
+        if len(sizes - {-1}) > 1:
+            listed = " and ".join(str(list(s)) for s in shapes)
+            raise ShapeError(f"op {op.name} ({op.type}): shapes {listed} do not broadcast")
+        concrete = sizes - {-1}
+        result.append(concrete.pop() if concrete else (-1 if -1 in sizes else 1))
+    return tuple(result)
+
+
+def as_float64(array):
+    """The array as the reference computes it: floats widened to float64, others unchanged."""
+    array = np.asarray(array)
+    if array.dtype.kind == "f":
+        return array.astype(np.float64)
+    return array
