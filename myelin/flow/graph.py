@@ -6,6 +6,7 @@ A :class:`Flow` owns every object by name. An :class:`Operation` reads input
 """
 
 import enum
+import functools
 
 import numpy as np
 
@@ -251,6 +252,17 @@ class Blob:
         return f"<Blob {self.name}: {self.type}, {len(self.data)} bytes>"
 
 
+class _class_or_instance_method:
+    """A method that gets the class and the instance it is called on (None on the class)."""
+
+    def __init__(self, func):
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    def __get__(self, instance, owner):
+        return functools.update_wrapper(functools.partial(self.func, owner, instance), self.func)
+
+
 class Flow:
     """A graph of variables and operations grouped into functions, plus connectors and blobs.
 
@@ -430,6 +442,33 @@ class Flow:
         """Raise FlowError listing every inconsistency in the graph (see myelin.flow.verify)."""
         from myelin.flow.verify import check
         check(self)
+
+    # Flow files (myelin.flow.fileformat).
+    @_class_or_instance_method
+    def load(cls, self, source):
+        """Read a .flow file (a path, bytes or a binary file object).
+
+        ``Flow.load(source)`` returns a new flow; ``flow.load(source)`` loads into ``flow``,
+        which must be empty (else FlowError), and returns it.
+        """
+        from myelin.flow import fileformat
+        return fileformat.load(source, cls() if self is None else self)
+
+    @classmethod
+    def from_bytes(cls, data):
+        """A new flow read from the bytes of a .flow file."""
+        from myelin.flow import fileformat
+        return fileformat.from_bytes(data, cls())
+
+    def save(self, path, version=6):
+        """Write the flow as a .flow file of ``version`` (3 to 6) to a path or binary file."""
+        from myelin.flow import fileformat
+        fileformat.save(self, path, version)
+
+    def to_bytes(self, version=6):
+        """The flow as the bytes of a .flow file of ``version`` (3 to 6)."""
+        from myelin.flow import fileformat
+        return fileformat.to_bytes(self, version)
 
     def __str__(self):
         from myelin.flow.dump import to_text

@@ -46,8 +46,8 @@ class OpDef:
     raises ShapeError naming the op and the offending shapes. ``reference(op, inputs)`` maps a
     list of NumPy arrays (floats as float64) to a list of output arrays. ``attrs`` maps each
     attribute the op understands to its default value (None: required or no default).
-    ``inputs`` is (min, max) input count, max None for any number. ``gradient`` is filled in by
-    the autodiff work.
+    ``inputs`` is (min, max) input count, max None for any number. ``outputs`` is the output
+    count, None when it depends on the op (Split). ``gradient`` is filled in by the autodiff work.
     """
 
     type: str
@@ -72,6 +72,11 @@ def register(opdef, replace=False):
     return opdef
 
 
+def unregister(op_type):
+    """Remove an op definition (for tests and user code that registered a temporary op)."""
+    _REGISTRY.pop(op_type, None)
+
+
 def lookup(op_type):
     """The definition of an op type; raises UnsupportedOpError if there is none."""
     try:
@@ -88,6 +93,38 @@ def find(op_type):
 def types():
     """All registered op type names."""
     return sorted(_REGISTRY)
+
+
+def check_supported(ops):
+    """Raise UnsupportedOpError naming every op in ``ops`` whose type has no definition.
+
+    The error's ``ops`` lists the names of those ops in the given order; the message groups
+    them by type.
+    """
+    unknown = [op for op in ops if op.type not in _REGISTRY]
+    if unknown:
+        by_type = {}
+        for op in unknown:
+            by_type.setdefault(op.type, []).append(op.name)
+        listed = "; ".join(f"{t} ({', '.join(names)})" for t, names in by_type.items())
+        raise UnsupportedOpError(f"unsupported op types: {listed}", [op.name for op in unknown])
+
+
+def attribute(op, name):
+    """The value of attribute ``name`` of ``op``, typed like its default in the op's definition.
+
+    An absent attribute reads as that default. Defaults that are bool, int, float or str select
+    the parser; a None default gives the raw string (or None when absent).
+    """
+    default = lookup(op.type).attrs[name]
+    attrs = op.attrs
+    if isinstance(default, bool):
+        return attrs.get_bool(name, default)
+    if isinstance(default, int):
+        return attrs.get_int(name, default)
+    if isinstance(default, float):
+        return attrs.get_float(name, default)
+    return attrs.get_str(name, default)
 
 
 def check_arity(op, opdef):

@@ -1,0 +1,15 @@
+"""The op registry and myelin's op definitions.
+
+Importing this package registers every built-in op type (the modules below each register the
+ops of one concept). Look definitions up with :func:`lookup`/:func:`find`, list them with
+:func:`types`, compute an op's output types with :func:`infer`, and add custom ops with
+:func:`register`.
+"""
+
+from myelin.ops import array, elementwise, linalg, reduction, shape, state  # noqa: F401
+from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
+                                 check_supported, find, infer, lookup, register, types,
+                                 unregister)
+
+__all__ = ["Kind", "OpDef", "TensorType", "attribute", "broadcast_shapes", "check_supported",
+           "find", "infer", "lookup", "register", "types", "unregister"]

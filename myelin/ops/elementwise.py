@@ -1,0 +1,180 @@
+"""Element-wise ops: unary math, broadcasting arithmetic, comparisons, logic, Cond/Select, Cast.
+
+Unary and binary ops are defined from tables of (op type, NumPy function, type domain, doc), one
+line per op. Conventions:
+
+* Binary ops broadcast like NumPy; all value inputs must have the same element type, and the
+  output has that type, except comparisons, whose output is ``bool``.
+* Integer ``Div`` truncates toward zero like C (``-7 / 2 == -3``); integer division by zero
+  gives 0 in the reference (it is undefined in C).
+* ``Round`` rounds half to even (``np.rint``). ``Acot``, ``Asec``, ``Acsc``, ``Acoth``,
+  ``Asech``, ``Acsch`` are the inverse functions applied to ``1/x`` (so ``Acot`` has the range
+  (-pi/2, pi/2)).
+* Float-only ops (``Exp``, ``Sqrt``, trig, ``Pow``, ...) reject integer inputs with ShapeError.
+"""
+
+import math
+
+import numpy as np
+
+from myelin.flow import dtypes
+from myelin.ops.common import (ANY, BOOL, FLOAT, NUMERIC, NUMERIC_OR_BOOL, check_dtype,
+                               common_dtype, error)
+from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
+                                 register)
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(op, x):
+    if attribute(op, "approximate") == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _cast(op, x):
+    target = dtypes.canonical(attribute(op, "dtype"))
+    return x.astype(np.float64 if dtypes.is_float(target) else dtypes.to_numpy(target))
+
+
+def _divide(x, y):
+    """Division: true division for floats, C-style truncation toward zero for integers."""
+    if x.dtype.kind == "f":
+        return x / y
+    quotient = np.floor_divide(x, y)
+    inexact = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+    return quotient + inexact
+
+
+# (op type, function of one array, accepted types, doc)
+_UNARY = [
+    ("Neg", np.negative, NUMERIC, "-x"),
+    ("Abs", np.abs, NUMERIC, "|x|"),
+    ("Sign", np.sign, NUMERIC, "-1, 0 or 1 by the sign of x"),
+    ("Relu", lambda x: np.maximum(x, 0), NUMERIC, "max(x, 0)"),
+    ("Square", np.square, NUMERIC, "x * x"),
+    ("Sqrt", np.sqrt, FLOAT, "square root"),
+    ("Rsqrt", lambda x: 1 / np.sqrt(x), FLOAT, "1 / sqrt(x)"),
+    ("Reciprocal", lambda x: 1 / x, FLOAT, "1 / x"),
+    ("Exp", np.exp, FLOAT, "e^x"),
+    ("Log", np.log, FLOAT, "natural logarithm"),
+    ("Sigmoid", lambda x: np.exp(-np.logaddexp(0, -x)), FLOAT, "1 / (1 + e^-x)"),
+    ("Tanh", np.tanh, FLOAT, "hyperbolic tangent"),
+    ("Erf", _erf, FLOAT, "Gauss error function"),
+    ("Softsign", lambda x: x / (1 + np.abs(x)), FLOAT, "x / (1 + |x|)"),
+    ("Softplus", lambda x: np.logaddexp(0, x), FLOAT, "log(1 + e^x)"),
+    ("LogSigmoid", lambda x: -np.logaddexp(0, -x), FLOAT, "log(sigmoid(x))"),
+    ("Floor", np.floor, FLOAT, "round toward -inf"),
+    ("Ceil", np.ceil, FLOAT, "round toward +inf"),
+    ("Round", np.rint, FLOAT, "round to nearest, half to even"),
+    ("Trunc", np.trunc, FLOAT, "round toward zero"),
+    ("Sin", np.sin, FLOAT, "sine"),
+    ("Cos", np.cos, FLOAT, "cosine"),
+    ("Tan", np.tan, FLOAT, "tangent"),
+    ("Cot", lambda x: 1 / np.tan(x), FLOAT, "cotangent"),
+    ("Sec", lambda x: 1 / np.cos(x), FLOAT, "secant"),
+    ("Csc", lambda x: 1 / np.sin(x), FLOAT, "cosecant"),
+    ("Asin", np.arcsin, FLOAT, "inverse sine"),
+    ("Acos", np.arccos, FLOAT, "inverse cosine"),
+    ("Atan", np.arctan, FLOAT, "inverse tangent"),
+    ("Acot", lambda x: np.arctan(1 / x), FLOAT, "inverse cotangent, atan(1/x)"),
+    ("Asec", lambda x: np.arccos(1 / x), FLOAT, "inverse secant, acos(1/x)"),
+    ("Acsc", lambda x: np.arcsin(1 / x), FLOAT, "inverse cosecant, asin(1/x)"),
+    ("Sinh", np.sinh, FLOAT, "hyperbolic sine"),
+    ("Cosh", np.cosh, FLOAT, "hyperbolic cosine"),
+    ("Coth", lambda x: 1 / np.tanh(x), FLOAT, "hyperbolic cotangent"),
+    ("Sech", lambda x: 1 / np.cosh(x), FLOAT, "hyperbolic secant"),
+    ("Csch", lambda x: 1 / np.sinh(x), FLOAT, "hyperbolic cosecant"),
+    ("Asinh", np.arcsinh, FLOAT, "inverse hyperbolic sine"),
+    ("Acosh", np.arccosh, FLOAT, "inverse hyperbolic cosine"),
+    ("Atanh", np.arctanh, FLOAT, "inverse hyperbolic tangent"),
+    ("Acoth", lambda x: np.arctanh(1 / x), FLOAT, "inverse hyperbolic cotangent, atanh(1/x)"),
+    ("Asech", lambda x: np.arccosh(1 / x), FLOAT, "inverse hyperbolic secant, acosh(1/x)"),
+    ("Acsch", lambda x: np.arcsinh(1 / x), FLOAT, "inverse hyperbolic cosecant, asinh(1/x)"),
+    ("Identity", lambda x: x, ANY, "x unchanged"),
+    ("Not", np.logical_not, BOOL, "logical not"),
+]
+
+# (op type, function of two arrays, accepted types, output type or None for the input type, doc)
+_BINARY = [
+    ("Add", np.add, NUMERIC, None, "x + y"),
+    ("Sub", np.subtract, NUMERIC, None, "x - y"),
+    ("Mul", np.multiply, NUMERIC, None, "x * y"),
+    ("Div", _divide, NUMERIC, None, "x / y (integers truncate toward zero)"),
+    ("Minimum", np.minimum, NUMERIC, None, "element-wise min(x, y)"),
+    ("Maximum", np.maximum, NUMERIC, None, "element-wise max(x, y)"),
+    ("Pow", np.power, FLOAT, None, "x ^ y"),
+    ("Equal", np.equal, NUMERIC_OR_BOOL, "bool", "x == y"),
+    ("NotEqual", np.not_equal, NUMERIC_OR_BOOL, "bool", "x != y"),
+    ("Less", np.less, NUMERIC, "bool", "x < y"),
+    ("LessEqual", np.less_equal, NUMERIC, "bool", "x <= y"),
+    ("Greater", np.greater, NUMERIC, "bool", "x > y"),
+    ("GreaterEqual", np.greater_equal, NUMERIC, "bool", "x >= y"),
+    ("And", np.logical_and, BOOL, None, "logical and"),
+    ("Or", np.logical_or, BOOL, None, "logical or"),
+    ("Xor", np.logical_xor, BOOL, None, "logical exclusive or"),
+]
+
+
+def _unary_infer(domain, out_dtype=None):
+    """Shape rule of a unary op: the input's shape; the input's type unless ``out_dtype(op)``."""
+    def infer(op):
+        x = op.inputs[0]
+        check_dtype(op, x, domain)
+        return [TensorType(out_dtype(op) if out_dtype else x.dtype, x.shape)]
+    return infer
+
+
+def _broadcast_infer(domain, out_dtype=None, conditional=False):
+    """Shape rule of a broadcasting op over all its inputs (after a bool condition if
+    ``conditional``): one shared type in ``domain``; output ``out_dtype`` or that type."""
+    def infer(op):
+        values = op.inputs[1:] if conditional else op.inputs
+        if conditional:
+            check_dtype(op, op.inputs[0], BOOL)
+        dtype = common_dtype(op, values, domain)
+        shape = broadcast_shapes(op, *(v.shape for v in op.inputs))
+        return [TensorType(out_dtype or dtype, shape)]
+    return infer
+
+
+_float_unary_infer = _unary_infer(FLOAT)
+
+
+def _gelu_infer(op):
+    approximate = attribute(op, "approximate")
+    if approximate not in ("none", "tanh"):
+        raise error(op, f"attribute approximate={approximate!r} must be 'none' or 'tanh'")
+    return _float_unary_infer(op)
+
+
+def _cast_dtype(op):
+    target = attribute(op, "dtype")
+    if target is None or not dtypes.known(target):
+        raise error(op, f"attribute dtype={target!r} is not a data type")
+    return dtypes.canonical(target)
+
+
+def _define_all():
+    for optype, fn, domain, doc in _UNARY:
+        register(OpDef(optype, Kind.ELEMWISE, _unary_infer(domain),
+                       lambda op, inputs, fn=fn: [fn(inputs[0])], doc=doc))
+    for optype, fn, domain, out_dtype, doc in _BINARY:
+        register(OpDef(optype, Kind.BROADCAST, _broadcast_infer(domain, out_dtype),
+                       lambda op, inputs, fn=fn: [fn(inputs[0], inputs[1])], inputs=(2, 2),
+                       doc=doc))
+    register(OpDef("Gelu", Kind.ELEMWISE, _gelu_infer,
+                   lambda op, inputs: [_gelu(op, inputs[0])], attrs={"approximate": "none"},
+                   doc="Gaussian error linear unit, exact (erf) or tanh approximation"))
+    register(OpDef("Cast", Kind.ELEMWISE, _unary_infer(ANY, _cast_dtype),
+                   lambda op, inputs: [_cast(op, inputs[0])], attrs={"dtype": None},
+                   doc="convert to the type in attribute dtype (floats to ints truncate)"))
+    register(OpDef("Cond", Kind.BROADCAST, _broadcast_infer(ANY, conditional=True),
+                   lambda op, inputs: [np.where(*inputs)], inputs=(3, 3),
+                   doc="where(c, x, y): x where c is true, else y"))
+    register(OpDef("Select", Kind.BROADCAST, _broadcast_infer(ANY, conditional=True),
+                   lambda op, inputs: [np.where(inputs[0], inputs[1], 0)], inputs=(2, 2),
+                   doc="where(c, x, 0): x where c is true, else zero"))
+
+
+_define_all()

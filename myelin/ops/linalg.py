@@ -1,0 +1,49 @@
+"""Matrix multiplication.
+
+``MatMul(a, b)`` takes inputs of rank 2 or more (vectors are not promoted: reshape them to
+[1, n] or [n, 1]). The last two axes are the matrices, optionally transposed by the bool
+attributes ``transpose_a``/``transpose_b``; leading axes are batch axes that broadcast like
+``np.matmul``. The output shape is ``batch + [m, n]``.
+"""
+
+import numpy as np
+
+from myelin.errors import ShapeError
+from myelin.ops.common import NUMERIC, common_dtype, error
+from myelin.ops.registry import Kind, OpDef, TensorType, attribute, broadcast_shapes, register
+
+
+def _matrix(shape, transpose):
+    rows, cols = shape[-2:]
+    return (cols, rows) if transpose else (rows, cols)
+
+
+def _matmul_infer(op):
+    a, b = op.inputs
+    dtype = common_dtype(op, [a, b], NUMERIC)
+    shapes = f"{list(a.shape)} and {list(b.shape)}"
+    if a.rank < 2 or b.rank < 2:
+        raise error(op, f"inputs must have rank 2 or more, got shapes {shapes}")
+    m, k = _matrix(a.shape, attribute(op, "transpose_a"))
+    k2, n = _matrix(b.shape, attribute(op, "transpose_b"))
+    if k != k2 and -1 not in (k, k2):
+        raise error(op, f"inner dimensions {k} and {k2} of shapes {shapes} differ")
+    try:
+        batch = broadcast_shapes(op, a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise error(op, f"batch dimensions of shapes {shapes} do not broadcast") from None
+    return [TensorType(dtype, batch + (m, n))]
+
+
+def _matmul_reference(op, inputs):
+    a, b = inputs
+    if attribute(op, "transpose_a"):
+        a = np.swapaxes(a, -1, -2)
+    if attribute(op, "transpose_b"):
+        b = np.swapaxes(b, -1, -2)
+    return [np.matmul(a, b)]
+
+
+register(OpDef("MatMul", Kind.OUT_ELEMWISE_FUSABLE, _matmul_infer, _matmul_reference,
+               attrs={"transpose_a": False, "transpose_b": False}, inputs=(2, 2),
+               doc="batched matrix product with optional transposes"))

@@ -1,0 +1,122 @@
+"""Reductions: Sum, Product, Max, Min, All, Any, Count, Mean, and ArgMax/ArgMin.
+
+Attribute ``axis`` is an int or a list of ints (``"1"``, ``"[0,2]"``; negative axes count from
+the end); without it the op reduces over every axis. ``keepdims`` (default false) keeps reduced
+axes as size 1. ``Count`` counts true values of a bool tensor; its output type is attribute
+``dtype`` (default float32). ``Mean`` is float only.
+
+``ArgMax``/``ArgMin`` return int32 indices (the first one on ties). Without ``axis`` they index
+the flattened input and return a scalar (as SLING); with ``axis`` (a single int) they reduce that
+axis, honouring ``keepdims``.
+"""
+
+import numpy as np
+
+from myelin.flow import dtypes
+from myelin.ops.common import BOOL, FLOAT, NUMERIC, check_dtype, error, normalize_axis
+from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
+
+_ATTRS = {"axis": None, "keepdims": False}
+
+
+def reduced_axes(op, rank):
+    """The sorted axes ``op`` reduces over, from its ``axis`` attribute (all when absent)."""
+    axes = op.attrs.get_ints("axis")
+    if axes is None:
+        return tuple(range(rank))
+    normalized = sorted(normalize_axis(op, a, rank) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise error(op, f"axis {axes} names an axis twice")
+    return tuple(normalized)
+
+
+def reduced_shape(shape, axes, keepdims):
+    """``shape`` with ``axes`` removed, or set to 1 if ``keepdims``."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _reduction_infer(domain, out_dtype):
+    def infer(op):
+        x = op.inputs[0]
+        check_dtype(op, x, domain)
+        axes = reduced_axes(op, x.rank)
+        return [TensorType(out_dtype(op, x.dtype),
+                           reduced_shape(x.shape, axes, attribute(op, "keepdims")))]
+    return infer
+
+
+def _reduction_reference(fn):
+    def reference(op, inputs):
+        x = inputs[0]
+        return [fn(x, axis=reduced_axes(op, x.ndim), keepdims=attribute(op, "keepdims"))]
+    return reference
+
+
+def _count_dtype(op, _):
+    target = attribute(op, "dtype")
+    if not dtypes.known(target):
+        raise error(op, f"attribute dtype={target!r} is not a data type")
+    return dtypes.canonical(target)
+
+
+def _same_dtype(op, dtype):
+    return dtype
+
+
+def _arg_axis(op, rank):
+    """The single axis of an ArgMax/ArgMin, or None to index the flattened input."""
+    axes = op.attrs.get_ints("axis")
+    if axes is None:
+        return None
+    if len(axes) != 1:
+        raise error(op, f"axis {axes} must be a single axis")
+    return normalize_axis(op, axes[0], rank)
+
+
+def _arg_infer(op):
+    x = op.inputs[0]
+    check_dtype(op, x, NUMERIC)
+    axis = _arg_axis(op, x.rank)
+    axes = tuple(range(x.rank)) if axis is None else (axis,)
+    return [TensorType("int32", reduced_shape(x.shape, axes, attribute(op, "keepdims")))]
+
+
+def _arg_reference(fn):
+    def reference(op, inputs):
+        x = inputs[0]
+        keepdims = attribute(op, "keepdims")
+        axis = _arg_axis(op, x.ndim)
+        if axis is None:
+            index = np.asarray(fn(x))
+            return [index.reshape((1,) * x.ndim) if keepdims else index]
+        return [fn(x, axis=axis, keepdims=keepdims)]
+    return reference
+
+
+# (op type, NumPy reduction, accepted types, output type rule, extra attrs, doc)
+_REDUCTIONS = [
+    ("Sum", np.sum, NUMERIC, _same_dtype, {}, "sum over axes"),
+    ("Product", np.prod, NUMERIC, _same_dtype, {}, "product over axes"),
+    ("Max", np.max, NUMERIC, _same_dtype, {}, "maximum over axes"),
+    ("Min", np.min, NUMERIC, _same_dtype, {}, "minimum over axes"),
+    ("Mean", np.mean, FLOAT, _same_dtype, {}, "arithmetic mean over axes"),
+    ("All", np.all, BOOL, _same_dtype, {}, "true if all values over axes are true"),
+    ("Any", np.any, BOOL, _same_dtype, {}, "true if any value over axes is true"),
+    ("Count", np.count_nonzero, BOOL, _count_dtype, {"dtype": "float32"},
+     "number of true values over axes, as attribute dtype"),
+]
+
+
+def _define_all():
+    for optype, fn, domain, out_dtype, attrs, doc in _REDUCTIONS:
+        register(OpDef(optype, Kind.REDUCTION, _reduction_infer(domain, out_dtype),
+                       _reduction_reference(fn), attrs={**_ATTRS, **attrs}, doc=doc))
+    register(OpDef("ArgMax", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmax),
+                   attrs=dict(_ATTRS), doc="int32 index of the maximum (first on ties)"))
+    register(OpDef("ArgMin", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmin),
+                   attrs=dict(_ATTRS), doc="int32 index of the minimum (first on ties)"))
+
+
+_define_all()
