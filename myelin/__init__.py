@@ -12,5 +12,15 @@ Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
 from myelin.errors import (CompileError, FlowError, FlowFormatError, InputError, MyelinError,
                            ShapeError, UnsupportedOpError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
+from myelin.flow.builder import Builder
+from myelin import reference
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The compiler pulls in LLVM: load it on first use, not on `import myelin`.
+    if name == "Compiler":
+        from myelin.compiler import Compiler
+        return Compiler
+    raise AttributeError(f"module 'myelin' has no attribute {name!r}")

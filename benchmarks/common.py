@@ -1,0 +1,50 @@
+"""Shared helpers for the benchmarks: timing loops and the ratio table.
+
+Every benchmark measures myelin and the other systems in the same process, alternating
+rounds, and reports the median over rounds: ratios are meaningful, absolute numbers less so on
+shared machines.
+"""
+
+import statistics
+import time
+
+
+def time_call(function, min_seconds=0.2, rounds=7):
+    """Median seconds per call of ``function`` over ``rounds`` rounds of at least min_seconds/rounds."""
+    function()
+    count = 1
+    per_round = min_seconds / rounds
+    while True:
+        start = time.perf_counter()
+        for _ in range(count):
+            function()
+        elapsed = time.perf_counter() - start
+        if elapsed >= per_round:
+            break
+        count = max(count * 2, int(count * per_round / max(elapsed, 1e-9)))
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(count):
+            function()
+        samples.append((time.perf_counter() - start) / count)
+    return statistics.median(samples)
+
+
+def compare(title, contenders, reference="myelin", min_seconds=0.5):
+    """Time each named callable, print a table with ratios to ``reference``; return the times."""
+    times = {name: time_call(fn, min_seconds) for name, fn in contenders.items() if fn is not None}
+    base = times[reference]
+    print(f"\n{title}")
+    print(f"  {'system':<14}{'latency':>14}{'myelin / system':>18}")
+    for name, seconds in times.items():
+        print(f"  {name:<14}{format_seconds(seconds):>14}{base / seconds:>18.3f}")
+    return times
+
+
+def format_seconds(seconds):
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.3f} s"

@@ -1,0 +1,103 @@
+"""The Myelin guide's example, y = softmax(relu(x W + b)) with x[1,64], W[64,256], timed
+against ONNX Runtime, PyTorch eager and NumPy in one run.
+
+Run: ``python benchmarks/guide_example.py``. Prints latencies and the ratio of myelin's
+latency to each system's (below 1: myelin is faster).
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import compare  # noqa: E402
+
+import myelin  # noqa: E402
+
+
+def build():
+    rng = np.random.default_rng(0)
+    weights = rng.random((64, 256), dtype=np.float32)
+    bias = rng.random(256, dtype=np.float32)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    W = f.array("W", weights)
+    b = f.array("b", bias)
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
+    return flow, x, y, weights, bias
+
+
+def onnx_session(weights, bias):
+    """The same model as an ONNX graph, in an ONNX Runtime session (None if not installed)."""
+    try:
+        import onnx
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["z"]),
+         helper.make_node("Relu", ["z"], ["r"]),
+         helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
+        "guide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+        [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
+
+
+def main():
+    flow, x, y, weights, bias = build()
+    net = myelin.Compiler().compile(flow)
+    data = net.cell("f").instance()
+    xv = np.random.default_rng(1).random((1, 64), dtype=np.float32)
+    data[x] = xv
+    data.compute()
+    expected = np.maximum(xv @ weights + bias, 0)
+    expected = np.exp(expected - expected.max()) / np.exp(expected - expected.max()).sum()
+    assert np.allclose(np.asarray(data[y]), expected, rtol=1e-4, atol=1e-6)
+
+    contenders = {"myelin": data.compute}
+    xin, yout = data[x].numpy(), data[y].numpy()
+
+    def myelin_io():
+        xin[...] = xv
+        data.compute()
+        return yout.copy()
+
+    contenders["myelin+io"] = myelin_io
+    session = onnx_session(weights, bias)
+    if session is not None:
+        feed = {"x": xv}
+        contenders["onnxruntime"] = lambda: session.run(None, feed)
+    try:
+        import torch
+        torch.set_num_threads(1)
+        tw, tb, tx = torch.from_numpy(weights), torch.from_numpy(bias), torch.from_numpy(xv)
+
+        def torch_eager():
+            with torch.no_grad():
+                return torch.softmax(torch.relu(tx @ tw + tb), dim=-1)
+
+        contenders["pytorch"] = torch_eager
+    except ImportError:
+        pass
+
+    def numpy_forward():
+        z = np.maximum(xv @ weights + bias, 0)
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    contenders["numpy"] = numpy_forward
+    compare("guide example: softmax(relu(x[1,64] W[64,256] + b))", contenders)
+
+
+if __name__ == "__main__":
+    main()

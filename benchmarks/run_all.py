@@ -1,0 +1,18 @@
+"""Run every benchmark in this folder, one after another (``make bench``)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import guide_example  # noqa: E402
+import threads  # noqa: E402
+
+
+def main():
+    guide_example.main()
+    threads.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Element-wise op lowering: one emitter per op type, for scalars and vectors alike.
+
+``emit(builder, op_type, args, dtypes, out_dtype, attrs)`` computes one op on values in their
+compute types (see irutil). This is the CPU back end's lowering table: the op's semantics are
+defined by its registry entry, and this table says how to express them in LLVM IR.
+Transcendental functions come from :mod:`mathlib` (vectorizable polynomials, no libm calls).
+"""
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil, mathlib
+from myelin.errors import CompileError
+
+
+def _is_float(value):
+    return irutil.is_float(value.type)
+
+
+def _zero(value):
+    return irutil.const(value.type, 0)
+
+
+def _one(value):
+    return irutil.const(value.type, 1)
+
+
+def _recip(b, x):
+    return b.fdiv(_one(x), x)
+
+
+def _arith(float_op, signed_op, unsigned_op=None):
+    def emit(b, args, types, attrs):
+        x, y = args
+        if _is_float(x):
+            return getattr(b, float_op)(x, y)
+        if types[0] in irutil.UNSIGNED and unsigned_op:
+            return getattr(b, unsigned_op)(x, y)
+        return getattr(b, signed_op)(x, y)
+    return emit
+
+
+def _minmax(pick_less):
+    def emit(b, args, types, attrs):
+        x, y = args
+        if _is_float(x):
+            # Propagate NaN like NumPy: a NaN in x or y gives NaN.
+            less = b.fcmp_ordered("<", x, y)
+            chosen = b.select(less, x, y) if pick_less else b.select(less, y, x)
+            return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), chosen)
+        if types[0] == "bool":
+            return b.and_(x, y) if pick_less else b.or_(x, y)
+        cmp = b.icmp_unsigned if types[0] in irutil.UNSIGNED else b.icmp_signed
+        less = cmp("<", x, y)
+        return b.select(less, x, y) if pick_less else b.select(less, y, x)
+    return emit
+
+
+def _int_div(b, x, y, types):
+    return b.udiv(x, y) if types[0] in irutil.UNSIGNED else b.sdiv(x, y)
+
+
+def _div(b, args, types, attrs):
+    x, y = args
+    return b.fdiv(x, y) if _is_float(x) else _int_div(b, x, y, types)
+
+
+def _neg(b, args, types, attrs):
+    (x,) = args
+    return b.fneg(x) if _is_float(x) else b.sub(_zero(x), x)
+
+
+def _abs(b, args, types, attrs):
+    (x,) = args
+    if _is_float(x):
+        return mathlib.intrinsic(b, "llvm.fabs", [x])
+    if types[0] in irutil.UNSIGNED:
+        return x
+    return b.select(b.icmp_signed("<", x, _zero(x)), b.sub(_zero(x), x), x)
+
+
+def _sign(b, args, types, attrs):
+    (x,) = args
+    zero = _zero(x)
+    if _is_float(x):
+        positive = b.uitofp(b.fcmp_ordered(">", x, zero), x.type)
+        negative = b.uitofp(b.fcmp_ordered("<", x, zero), x.type)
+        result = b.fsub(positive, negative)
+        return b.select(b.fcmp_unordered("uno", x, x), x, result)
+    positive = b.zext(b.icmp_signed(">", x, zero), x.type)
+    negative = b.zext(b.icmp_signed("<", x, zero), x.type)
+    return b.sub(positive, negative)
+
+
+def _relu(b, args, types, attrs):
+    (x,) = args
+    zero = _zero(x)
+    if _is_float(x):
+        return b.select(b.fcmp_ordered(">", x, zero), x, zero)
+    return b.select(b.icmp_signed(">", x, zero), x, zero)
+
+
+def _square(b, args, types, attrs):
+    (x,) = args
+    return b.fmul(x, x) if _is_float(x) else b.mul(x, x)
+
+
+def _float_fn(function):
+    def emit(b, args, types, attrs):
+        return function(b, *args)
+    return emit
+
+
+def _intrinsic(name):
+    def emit(b, args, types, attrs):
+        return mathlib.intrinsic(b, name, list(args))
+    return emit
+
+
+def _reciprocal_of(function):
+    def emit(b, args, types, attrs):
+        return _recip(b, function(b, *args))
+    return emit
+
+
+def _of_reciprocal(function):
+    def emit(b, args, types, attrs):
+        return function(b, _recip(b, args[0]))
+    return emit
+
+
+def _softsign(b, args, types, attrs):
+    (x,) = args
+    return b.fdiv(x, b.fadd(_one(x), mathlib.intrinsic(b, "llvm.fabs", [x])))
+
+
+def _gelu(b, args, types, attrs):
+    if attrs.get("approximate", "none") == "tanh":
+        return mathlib.gelu_tanh(b, args[0])
+    return mathlib.gelu_erf(b, args[0])
+
+
+def _compare(float_pred, int_pred):
+    def emit(b, args, types, attrs):
+        x, y = args
+        if _is_float(x):
+            # "!=" is true for NaN operands, the others are false (IEEE, as NumPy).
+            if float_pred == "!=":
+                return b.fcmp_unordered(float_pred, x, y)
+            return b.fcmp_ordered(float_pred, x, y)
+        if types[0] in irutil.UNSIGNED or types[0] == "bool":
+            return b.icmp_unsigned(int_pred, x, y)
+        return b.icmp_signed(int_pred, x, y)
+    return emit
+
+
+def _logic(method):
+    def emit(b, args, types, attrs):
+        return getattr(b, method)(*args)
+    return emit
+
+
+def _not(b, args, types, attrs):
+    (x,) = args
+    return b.xor(x, irutil.const(x.type, 1))
+
+
+def _cond(b, args, types, attrs):
+    c, x, y = args
+    return b.select(c, x, y)
+
+
+def _select(b, args, types, attrs):
+    c, x = args
+    return b.select(c, x, _zero(x))
+
+
+def _identity(b, args, types, attrs):
+    return args[0]
+
+
+def _pow(b, args, types, attrs):
+    x, y = args
+    return mathlib.pow(b, x, y)
+
+
+_TABLE = {
+    "Add": _arith("fadd", "add"),
+    "Sub": _arith("fsub", "sub"),
+    "Mul": _arith("fmul", "mul"),
+    "Div": _div,
+    "Minimum": _minmax(True),
+    "Maximum": _minmax(False),
+    "Pow": _pow,
+    "Neg": _neg,
+    "Abs": _abs,
+    "Sign": _sign,
+    "Relu": _relu,
+    "Square": _square,
+    "Sqrt": _intrinsic("llvm.sqrt"),
+    "Rsqrt": lambda b, a, t, at: _recip(b, mathlib.intrinsic(b, "llvm.sqrt", list(a))),
+    "Reciprocal": lambda b, a, t, at: _recip(b, a[0]),
+    "Floor": _intrinsic("llvm.floor"),
+    "Ceil": _intrinsic("llvm.ceil"),
+    "Round": _intrinsic("llvm.rint"),
+    "Trunc": _intrinsic("llvm.trunc"),
+    "Softsign": _softsign,
+    "Gelu": _gelu,
+    "Cot": _reciprocal_of(mathlib.tan),
+    "Sec": _reciprocal_of(mathlib.cos),
+    "Csc": _reciprocal_of(mathlib.sin),
+    "Coth": _reciprocal_of(mathlib.tanh),
+    "Sech": _reciprocal_of(mathlib.cosh),
+    "Csch": _reciprocal_of(mathlib.sinh),
+    "Acot": _of_reciprocal(mathlib.atan),
+    "Asec": _of_reciprocal(mathlib.acos),
+    "Acsc": _of_reciprocal(mathlib.asin),
+    "Acoth": _of_reciprocal(mathlib.atanh),
+    "Asech": _of_reciprocal(mathlib.acosh),
+    "Acsch": _of_reciprocal(mathlib.asinh),
+    "Equal": _compare("==", "=="),
+    "NotEqual": _compare("!=", "!="),
+    "Less": _compare("<", "<"),
+    "LessEqual": _compare("<=", "<="),
+    "Greater": _compare(">", ">"),
+    "GreaterEqual": _compare(">=", ">="),
+    "And": _logic("and_"),
+    "Or": _logic("or_"),
+    "Xor": _logic("xor"),
+    "Not": _not,
+    "Cond": _cond,
+    "Select": _select,
+    "Identity": _identity,
+}
+for _name, _function in mathlib.LIBRARY.items():
+    _TABLE.setdefault(_name, _float_fn(_function))
+
+# Ops whose emitter needs a conversion between input and output types.
+CONVERSIONS = frozenset({"Cast"})
+
+
+def supported(op_type):
+    """True if the op type has an element-wise lowering."""
+    return op_type in _TABLE or op_type in CONVERSIONS
+
+
+def emit(builder, op_type, args, in_dtypes, out_dtype, attrs):
+    """The value of ``op_type`` applied to ``args`` (compute-type values of ``in_dtypes``)."""
+    if op_type == "Cast":
+        return irutil.convert(builder, args[0], in_dtypes[0], out_dtype)
+    try:
+        function = _TABLE[op_type]
+    except KeyError:
+        raise CompileError(f"no element-wise lowering for op type {op_type}") from None
+    return function(builder, list(args), list(in_dtypes), attrs)

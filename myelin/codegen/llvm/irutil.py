@@ -1,0 +1,217 @@
+"""Helpers for emitting LLVM IR: types of myelin dtypes, loads and stores, constants, loops.
+
+Values in registers use the *compute* type of a dtype (bool is ``i1``, float16 is computed as
+``float``); in memory they use the *storage* type (bool is one byte, float16 is ``half``).
+``load``/``store`` convert between the two, for scalars and vectors alike.
+"""
+
+import contextlib
+
+import llvmlite.ir as ir
+
+from myelin.errors import CompileError
+from myelin.flow import dtypes
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+
+_STORAGE = {
+    "float32": F32, "float64": F64, "float16": ir.HalfType(),
+    "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
+    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I8,
+}
+_COMPUTE = dict(_STORAGE, bool=I1, float16=F32)
+
+UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
+
+
+def storage_type(dtype):
+    """The LLVM type of one element of ``dtype`` in memory."""
+    try:
+        return _STORAGE[dtype]
+    except KeyError:
+        raise CompileError(f"data type {dtype} is not supported by the CPU back end") from None
+
+
+def compute_type(dtype):
+    """The LLVM type a ``dtype`` element has in registers."""
+    storage_type(dtype)
+    return _COMPUTE[dtype]
+
+
+def vector_of(typ, width):
+    """``typ`` itself for width 1, else a vector of ``width`` elements."""
+    return typ if width == 1 else ir.VectorType(typ, width)
+
+
+def is_float(typ):
+    scalar = typ.element if isinstance(typ, ir.VectorType) else typ
+    return isinstance(scalar, (ir.FloatType, ir.DoubleType, ir.HalfType))
+
+
+def width_of(value):
+    typ = value.type
+    return typ.count if isinstance(typ, ir.VectorType) else 1
+
+
+def const(typ, value):
+    """A constant of scalar or vector type ``typ`` (splatted for vectors)."""
+    if isinstance(typ, ir.VectorType):
+        return ir.Constant(typ, [ir.Constant(typ.element, value)] * typ.count)
+    return ir.Constant(typ, value)
+
+
+def i64(value):
+    return ir.Constant(I64, int(value))
+
+
+def splat(builder, scalar, width):
+    """Broadcast a scalar value to a vector of ``width`` lanes (the scalar itself for width 1)."""
+    if width == 1:
+        return scalar
+    typ = ir.VectorType(scalar.type, width)
+    single = builder.insert_element(ir.Constant(typ, ir.Undefined), scalar, ir.Constant(I32, 0))
+    return builder.shuffle_vector(single, ir.Constant(typ, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+
+def element_ptr(builder, base, dtype, index):
+    """Pointer to element ``index`` (an i64 value or int) of an array of ``dtype`` at ``base``."""
+    if isinstance(index, int):
+        if index == 0:
+            return base
+        index = i64(index)
+    return builder.gep(base, [index], source_etype=storage_type(dtype))
+
+
+def byte_ptr(builder, base, offset):
+    """Pointer ``offset`` bytes past ``base``."""
+    if isinstance(offset, int) and offset == 0:
+        return base
+    if isinstance(offset, int):
+        offset = i64(offset)
+    return builder.gep(base, [offset], source_etype=I8)
+
+
+def load(builder, ptr, dtype, width=1, align=None):
+    """Load ``width`` elements of ``dtype`` at ``ptr`` and convert them to the compute type."""
+    storage = vector_of(storage_type(dtype), width)
+    value = builder.load(ptr, typ=storage, align=align or dtypes.itemsize(dtype))
+    if dtype == "bool":
+        return builder.icmp_unsigned("!=", value, const(storage, 0))
+    if dtype == "float16":
+        return builder.fpext(value, vector_of(F32, width))
+    return value
+
+
+def store(builder, value, ptr, dtype, align=None):
+    """Convert ``value`` from the compute type of ``dtype`` and store it at ``ptr``."""
+    width = width_of(value)
+    if dtype == "bool":
+        value = builder.zext(value, vector_of(I8, width))
+    elif dtype == "float16":
+        value = builder.fptrunc(value, vector_of(ir.HalfType(), width))
+    builder.store(value, ptr, align=align or dtypes.itemsize(dtype))
+
+
+def convert(builder, value, from_dtype, to_dtype):
+    """Convert a compute-type value of ``from_dtype`` to the compute type of ``to_dtype``."""
+    width = width_of(value)
+    source, target = compute_type(from_dtype), compute_type(to_dtype)
+    target_v = vector_of(target, width)
+    if source == target:
+        return value
+    if to_dtype == "bool":
+        zero = const(vector_of(source, width), 0)
+        return (builder.fcmp_unordered("!=", value, zero) if is_float(source)
+                else builder.icmp_unsigned("!=", value, zero))
+    if is_float(source) and is_float(target):
+        widen = isinstance(target, ir.DoubleType)
+        return builder.fpext(value, target_v) if widen else builder.fptrunc(value, target_v)
+    if is_float(source):
+        return (builder.fptoui(value, target_v) if to_dtype in UNSIGNED
+                else builder.fptosi(value, target_v))
+    unsigned = from_dtype in UNSIGNED or from_dtype == "bool"
+    if is_float(target):
+        return builder.uitofp(value, target_v) if unsigned else builder.sitofp(value, target_v)
+    if source.width < target.width:
+        return builder.zext(value, target_v) if unsigned else builder.sext(value, target_v)
+    return builder.trunc(value, target_v)
+
+
+@contextlib.contextmanager
+def for_range(builder, start, stop, step=1, name="i"):
+    """Emit ``for (i = start; i < stop; i += step)`` and yield ``i`` (an i64) inside the body.
+
+    ``start`` and ``stop`` are ints or i64 values; the loop is skipped when start >= stop.
+    """
+    start = i64(start) if isinstance(start, int) else start
+    stop = i64(stop) if isinstance(stop, int) else stop
+    before = builder.block
+    header = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    after = builder.append_basic_block(f"{name}.end")
+    builder.branch(header)
+    builder.position_at_end(header)
+    index = builder.phi(I64, name=name)
+    index.add_incoming(start, before)
+    builder.cbranch(builder.icmp_signed("<", index, stop), body, after)
+    builder.position_at_end(body)
+    yield index
+    following = builder.add(index, i64(step), name=f"{name}.next")
+    index.add_incoming(following, builder.block)
+    builder.branch(header)
+    builder.position_at_end(after)
+
+
+@contextlib.contextmanager
+def accumulating_loop(builder, start, stop, initial, step=1, name="k"):
+    """A counted loop carrying values: yields (index, current values, set_next) in the body.
+
+    The body must call ``set_next(values)`` once with the next values; after the block the
+    final values are available as ``loop.results`` on the yielded handle.
+    """
+    start = i64(start) if isinstance(start, int) else start
+    stop = i64(stop) if isinstance(stop, int) else stop
+    before = builder.block
+    header = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    after = builder.append_basic_block(f"{name}.end")
+    builder.branch(header)
+    builder.position_at_end(header)
+    index = builder.phi(I64, name=name)
+    index.add_incoming(start, before)
+    carried = []
+    for value in initial:
+        phi = builder.phi(value.type)
+        phi.add_incoming(value, before)
+        carried.append(phi)
+    builder.cbranch(builder.icmp_signed("<", index, stop), body, after)
+    builder.position_at_end(body)
+    handle = _LoopHandle(index, carried)
+    yield handle
+    if handle.next is None:
+        raise CompileError("accumulating loop body did not set its next values")
+    latch = builder.block
+    index.add_incoming(builder.add(index, i64(step)), latch)
+    for phi, value in zip(carried, handle.next):
+        phi.add_incoming(value, latch)
+    builder.branch(header)
+    builder.position_at_end(after)
+    handle.results = carried
+
+
+class _LoopHandle:
+    def __init__(self, index, values):
+        self.index = index
+        self.values = values
+        self.next = None
+        self.results = None
+
+    def set_next(self, values):
+        self.next = list(values)

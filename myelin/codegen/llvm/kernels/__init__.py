@@ -1,0 +1,51 @@
+"""The CPU kernel library: which kernels implement which op types, in order of preference."""
+
+from myelin.codegen.llvm import elementwise
+from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
+from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
+from myelin.codegen.llvm.kernels.matmul import MatMulKernel
+from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, ConcatKernel,
+                                                  GatherKernel, ShapeKernel, SliceKernel,
+                                                  SplitKernel, TransposeKernel, ViewKernel)
+from myelin.codegen.llvm.kernels.reduction import ReductionKernel
+
+_ELEMENTWISE = ElementwiseKernel()
+_VIEW = ViewKernel()
+_LIBRARY = {
+    "MatMul": [MatMulKernel()],
+    "Transpose": [TransposeKernel()],
+    "Concat": [ConcatKernel()],
+    "Split": [SplitKernel()],
+    "Slice": [SliceKernel()],
+    "Gather": [GatherKernel()],
+    "ArgMax": [ArgKernel()],
+    "ArgMin": [ArgKernel()],
+    "Shape": [ShapeKernel()],
+    "Size": [ShapeKernel()],
+    "Rank": [ShapeKernel()],
+    "Assign": [AssignKernel()],
+}
+for _type in ViewKernel.TYPES:
+    _LIBRARY.setdefault(_type, []).append(_VIEW)
+for _type in ReductionKernel.TYPES:
+    _LIBRARY.setdefault(_type, []).append(ReductionKernel())
+
+
+def register(op_type, kernel, first=True):
+    """Add a kernel for ``op_type``; by default it is tried before the existing ones."""
+    kernels = _LIBRARY.setdefault(op_type, [])
+    kernels.insert(0 if first else len(kernels), kernel)
+
+
+def select(step, target):
+    """The first kernel that supports ``step`` on ``target``, or None."""
+    candidates = list(_LIBRARY.get(step.type, []))
+    if elementwise.supported(step.type):
+        candidates.append(_ELEMENTWISE)
+    for kernel in candidates:
+        if kernel.supports(step, target):
+            return kernel
+    return None
+
+
+__all__ = ["EmitContext", "Kernel", "register", "select"]

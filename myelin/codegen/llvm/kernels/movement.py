@@ -1,0 +1,269 @@
+"""Kernels that move data without arithmetic: views, copies, transpose, concat, split, slice,
+gather, arg-reductions, shape queries and assignment."""
+
+import numpy as np
+
+from myelin.codegen.llvm import irutil, loops
+from myelin.codegen.llvm.kernels.base import Kernel
+
+
+def copy(ctx, shape, source, target):
+    """Emit a strided copy of ``shape`` elements from operand ``source`` to ``target``."""
+    convert = source.dtype != target.dtype
+
+    def body(builder, values, lanes):
+        value = values[0]
+        return [irutil.convert(builder, value, source.dtype, target.dtype) if convert else value]
+
+    loops.elementwise(ctx.builder, ctx.target, shape, [source], [target], body)
+
+
+def _constant_ints(step, index):
+    data = step.op.inputs[index].data if step.op is not None else None
+    if data is None:
+        raise ValueError(f"input {index} of {step.name} must be a constant")
+    return [int(v) for v in np.asarray(data).reshape(-1)]
+
+
+class ViewKernel(Kernel):
+    """Reshape-like ops whose output has the input's bytes unchanged: no code at all, unless
+    the compiler could not make the output a view (then the bytes are copied)."""
+
+    name = "Reshape"
+    TYPES = ("Reshape", "Identity", "Squeeze", "ExpandDims")
+
+    def supports(self, step, target):
+        source, out = step.inputs[0], step.outputs[0]
+        return (step.type in self.TYPES and source.dtype == out.dtype
+                and source.elements == out.elements)
+
+    def kernel_name(self, step):
+        return step.type
+
+    def view(self, step):
+        return True
+
+    def emit(self, ctx, step):
+        source, out = step.inputs[0], step.outputs[0]
+        if out.view_of is None:
+            copy(ctx, (out.elements,), ctx.operand(source, (1,)), ctx.operand(out, (1,)))
+
+
+class TransposeKernel(Kernel):
+    """``Transpose`` by attribute ``perm`` (default: reversed axes) as a strided copy."""
+
+    name = "Transpose"
+
+    def supports(self, step, target):
+        return step.type == "Transpose"
+
+    def flops(self, step):
+        return 0
+
+    def emit(self, ctx, step):
+        source, out = step.inputs[0], step.outputs[0]
+        rank = len(source.shape)
+        perm = step.attrs.get_ints("perm") if "perm" in step.attrs else list(range(rank))[::-1]
+        own = loops.contiguous_strides(source.shape)
+        strides = tuple(own[p % rank] for p in perm)
+        copy(ctx, out.shape, ctx.operand(source, strides), ctx.operand(out))
+
+
+def _part_operand(ctx, tensor, whole, axis, start):
+    """The operand for a sub-block of ``whole`` beginning at ``start`` along ``axis``."""
+    strides = loops.contiguous_strides(whole.shape)
+    operand = ctx.operand(whole, strides)
+    offset = start * strides[axis]
+    operand.ptr = irutil.element_ptr(ctx.builder, operand.ptr, whole.dtype, offset)
+    operand.align = int(np.gcd(operand.align, offset * whole.itemsize)) if offset else operand.align
+    return operand
+
+
+class ConcatKernel(Kernel):
+    """``Concat(x1, ..., xN, axis)``: each input copied into its slice of the output."""
+
+    name = "Concat"
+
+    def supports(self, step, target):
+        return step.type == "Concat"
+
+    def emit(self, ctx, step):
+        out = step.outputs[0]
+        axis = _constant_ints(step, len(step.inputs) - 1)[0] % len(out.shape)
+        start = 0
+        for part in step.inputs[:-1]:
+            if part.elements:
+                copy(ctx, part.shape, ctx.operand(part), _part_operand(ctx, part, out, axis, start))
+            start += part.shape[axis]
+
+
+class SplitKernel(Kernel):
+    """``Split(x, n, axis)``: each output copied from its slice of the input."""
+
+    name = "Split"
+
+    def supports(self, step, target):
+        return step.type == "Split"
+
+    def emit(self, ctx, step):
+        source = step.inputs[0]
+        axis = _constant_ints(step, 2)[0] % len(source.shape)
+        start = 0
+        for part in step.outputs:
+            copy(ctx, part.shape, _part_operand(ctx, part, source, axis, start), ctx.operand(part))
+            start += part.shape[axis]
+
+
+class SliceKernel(Kernel):
+    """``Slice(x, begin, size)`` with constant begin and size."""
+
+    name = "Slice"
+
+    def supports(self, step, target):
+        return step.type == "Slice"
+
+    def emit(self, ctx, step):
+        source, out = step.inputs[0], step.outputs[0]
+        begin = _constant_ints(step, 1)
+        strides = loops.contiguous_strides(source.shape)
+        operand = ctx.operand(source, strides)
+        offset = sum(b * s for b, s in zip(begin, strides))
+        if offset:
+            operand.ptr = irutil.element_ptr(ctx.builder, operand.ptr, source.dtype, offset)
+            operand.align = int(np.gcd(operand.align, offset * source.itemsize))
+        copy(ctx, out.shape, operand, ctx.operand(out))
+
+
+class GatherKernel(Kernel):
+    """``Gather(params, indices[, oov])``: rows of params by index.
+
+    An index outside [0, rows) selects the ``oov`` row when given, and a zero row otherwise
+    (generated code never reads outside ``params``).
+    """
+
+    name = "Gather"
+
+    def supports(self, step, target):
+        return step.type == "Gather" and step.inputs[1].dtype in ("int32", "int64")
+
+    def emit(self, ctx, step):
+        b = ctx.builder
+        params, indices, out = step.inputs[0], step.inputs[1], step.outputs[0]
+        oov = step.inputs[2] if len(step.inputs) > 2 else None
+        rows = params.shape[0]
+        row = int(np.prod(params.shape[1:], dtype=np.int64))
+        params_ptr = ctx.pointer(params)
+        index_ptr = ctx.pointer(indices)
+        out_ptr = ctx.pointer(out)
+        fallback = ctx.pointer(oov) if oov is not None else None
+        with irutil.for_range(b, 0, indices.elements, name="g") as g:
+            index = irutil.load(b, irutil.element_ptr(b, index_ptr, indices.dtype, g),
+                                indices.dtype, 1)
+            index = irutil.convert(b, index, indices.dtype, "int64")
+            valid = b.and_(b.icmp_signed(">=", index, irutil.i64(0)),
+                           b.icmp_signed("<", index, irutil.i64(rows)))
+            safe = b.select(valid, index, irutil.i64(0))
+            source = irutil.element_ptr(b, params_ptr, params.dtype, b.mul(safe, irutil.i64(row)))
+            target = irutil.element_ptr(b, out_ptr, out.dtype, b.mul(g, irutil.i64(row)))
+            if fallback is not None:
+                source = b.select(valid, source, fallback)
+                copy(ctx, (row,), loops.Operand(source, params.dtype, (1,), params.itemsize),
+                     loops.Operand(target, out.dtype, (1,), out.itemsize))
+            else:
+                mask = valid
+
+                def body(builder, values, lanes, mask=mask):
+                    zero = irutil.const(values[0].type, 0)
+                    return [builder.select(mask, values[0], zero)]
+
+                loops.elementwise(b, ctx.target, (row,),
+                                  [loops.Operand(source, params.dtype, (1,), params.itemsize)],
+                                  [loops.Operand(target, out.dtype, (1,), out.itemsize)], body)
+
+
+class ArgKernel(Kernel):
+    """``ArgMax``/``ArgMin`` over all elements (int32 scalar) or along ``axis``."""
+
+    name = "Arg"
+
+    def supports(self, step, target):
+        return step.type in ("ArgMax", "ArgMin")
+
+    def kernel_name(self, step):
+        return step.type
+
+    def emit(self, ctx, step):
+        b = ctx.builder
+        source, out = step.inputs[0], step.outputs[0]
+        shape = source.shape
+        if "axis" in step.attrs and shape:
+            axis = step.attrs.get_int("axis") % len(shape)
+            outer = int(np.prod(shape[:axis], dtype=np.int64))
+            length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+        else:
+            outer, length, inner = 1, source.elements, 1
+        src, dst = ctx.pointer(source), ctx.pointer(out)
+        greater = step.type == "ArgMax"
+        value_type = irutil.compute_type(source.dtype)
+        floating = irutil.is_float(value_type)
+        with irutil.for_range(b, 0, outer, name="o") as o:
+            with irutil.for_range(b, 0, inner, name="n") as n:
+                base = b.add(b.mul(o, irutil.i64(length * inner)), n)
+                first = irutil.load(b, irutil.element_ptr(b, src, source.dtype, base),
+                                    source.dtype)
+                with irutil.accumulating_loop(b, 1, length, [first, irutil.i64(0)],
+                                              name="a") as loop:
+                    at = b.add(base, b.mul(loop.index, irutil.i64(inner)))
+                    x = irutil.load(b, irutil.element_ptr(b, src, source.dtype, at), source.dtype)
+                    best, best_index = loop.values
+                    if floating:
+                        # The first NaN wins, as in NumPy.
+                        better = b.fcmp_ordered(">" if greater else "<", x, best)
+                        better = b.and_(b.or_(better, b.fcmp_unordered("uno", x, x)),
+                                        b.fcmp_ordered("ord", best, best))
+                    elif source.dtype in irutil.UNSIGNED or source.dtype == "bool":
+                        better = b.icmp_unsigned(">" if greater else "<", x, best)
+                    else:
+                        better = b.icmp_signed(">" if greater else "<", x, best)
+                    loop.set_next([b.select(better, x, best),
+                                   b.select(better, loop.index, best_index)])
+                position = b.add(b.mul(o, irutil.i64(inner)), n)
+                result = irutil.convert(b, loop.results[1], "int64", out.dtype)
+                irutil.store(b, result, irutil.element_ptr(b, dst, out.dtype, position), out.dtype)
+
+
+class ShapeKernel(Kernel):
+    """``Shape``/``Size``/``Rank``: the input's (static) shape facts stored as constants."""
+
+    name = "Shape"
+
+    def supports(self, step, target):
+        return step.type in ("Shape", "Size", "Rank")
+
+    def kernel_name(self, step):
+        return step.type
+
+    def emit(self, ctx, step):
+        source, out = step.inputs[0], step.outputs[0]
+        values = {"Shape": list(source.shape), "Size": [source.elements],
+                  "Rank": [len(source.shape)]}[step.type]
+        ptr = ctx.pointer(out)
+        for i, value in enumerate(values):
+            irutil.store(ctx.builder, irutil.const(irutil.compute_type(out.dtype), value),
+                         irutil.element_ptr(ctx.builder, ptr, out.dtype, i), out.dtype)
+
+
+class AssignKernel(Kernel):
+    """``Assign(target, value)``: copies value into the target variable's storage."""
+
+    name = "Assign"
+
+    def supports(self, step, target):
+        return (step.type == "Assign" and len(step.inputs) == 2
+                and step.inputs[0].elements == step.inputs[1].elements)
+
+    def emit(self, ctx, step):
+        target, value = step.inputs
+        copy(ctx, value.shape, ctx.operand(value),
+             ctx.operand(target, loops.contiguous_strides(value.shape)))
+

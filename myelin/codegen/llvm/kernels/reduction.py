@@ -1,0 +1,176 @@
+"""Reductions over all or some axes: Sum, Product, Max, Min, All, Any, Count and Mean.
+
+The output is first set to the reduction's identity. Then one pass over the input combines
+every element into its output element: rows along a kept innermost axis are combined as
+vectors; rows along a reduced innermost axis are folded into a vector accumulator, reduced
+horizontally and combined once per row. Mean divides by the count at the end.
+"""
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil, loops
+from myelin.codegen.llvm.kernels.base import Kernel
+
+
+def _combine(op_type):
+    def combine(b, x, y):
+        if op_type in ("Sum", "Count", "Mean"):
+            return b.fadd(x, y) if irutil.is_float(x.type) else b.add(x, y)
+        if op_type == "Product":
+            return b.fmul(x, y) if irutil.is_float(x.type) else b.mul(x, y)
+        if op_type == "All":
+            return b.and_(x, y)
+        if op_type == "Any":
+            return b.or_(x, y)
+        greater = op_type == "Max"
+        if irutil.is_float(x.type):
+            pick = b.fcmp_unordered(">" if greater else "<", x, y)
+        else:
+            pick = b.icmp_signed(">" if greater else "<", x, y)
+        return b.select(pick, x, y)
+    return combine
+
+
+def _identity(op_type, dtype):
+    if op_type in ("Sum", "Count", "Mean", "Any"):
+        return 0
+    if op_type in ("Product", "All"):
+        return 1
+    if dtype.startswith("float"):
+        return float("-inf") if op_type == "Max" else float("inf")
+    import numpy as np
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min) if op_type == "Max" else int(info.max)
+
+
+def horizontal(builder, vector, combine):
+    """Reduce a vector to a scalar with a tree of ``combine`` over halves."""
+    width = irutil.width_of(vector)
+    while width > 1:
+        half = width // 2
+        mask = ir.VectorType(irutil.I32, half)
+        low = builder.shuffle_vector(vector, vector, ir.Constant(mask, list(range(half))))
+        high = builder.shuffle_vector(vector, vector, ir.Constant(mask, list(range(half, width))))
+        vector = combine(builder, low, high)
+        width = half
+    return builder.extract_element(vector, ir.Constant(irutil.I32, 0)) \
+        if isinstance(vector.type, ir.VectorType) else vector
+
+
+def reduced_axes(step):
+    """The sorted, non-negative axes a reduction step reduces over."""
+    rank = len(step.inputs[0].shape)
+    axes = step.attrs.get_ints("axis") if "axis" in step.attrs else None
+    if axes is None:
+        return list(range(rank))
+    return sorted({a % rank for a in axes}) if rank else []
+
+
+class ReductionKernel(Kernel):
+    """Sum/Product/Max/Min/All/Any/Count/Mean over all axes or the ``axis`` attribute."""
+
+    TYPES = ("Sum", "Product", "Max", "Min", "All", "Any", "Count", "Mean")
+
+    def supports(self, step, target):
+        return (step.type in self.TYPES and len(step.inputs) == 1
+                and step.outputs[0].elements * max(1, self._count(step)) == step.inputs[0].elements)
+
+    def kernel_name(self, step):
+        return f"{step.type}Reduce"
+
+    def flops(self, step):
+        return step.inputs[0].elements
+
+    @staticmethod
+    def _count(step):
+        shape = step.inputs[0].shape
+        count = 1
+        for axis in reduced_axes(step):
+            count *= max(shape[axis], 1)
+        return count
+
+    def emit(self, ctx, step):
+        b, target = ctx.builder, ctx.target
+        source, out = step.inputs[0], step.outputs[0]
+        axes = reduced_axes(step)
+        kept_shape = tuple(1 if a in axes else d for a, d in enumerate(source.shape))
+        out_strides = tuple(0 if a in axes else s
+                            for a, s in enumerate(loops.contiguous_strides(kept_shape)))
+        combine = _combine(step.type)
+        identity = _identity(step.type, out.dtype)
+        acc_type = irutil.compute_type(out.dtype)
+
+        # 1. Output := identity.
+        loops.elementwise(b, target, out.shape, [], [ctx.operand(out)],
+                          lambda bb, values, lanes: [
+                              irutil.const(irutil.vector_of(acc_type, lanes), identity)])
+
+        # 2. Combine every input element into its output element.
+        src = ctx.operand(source)
+        dst = ctx.operand(out, out_strides)
+        shape, (src_strides, dst_strides) = loops.collapse(source.shape,
+                                                           [src.strides, dst.strides])
+        if not shape:
+            shape, src_strides, dst_strides = (1,), (1,), (0,)
+        if dst_strides[-1] != 0:
+            src_op = loops.Operand(src.ptr, src.dtype, src_strides, src.align)
+            acc_op = loops.Operand(dst.ptr, dst.dtype, dst_strides, dst.align)
+
+            def accumulate(bb, values, lanes):
+                x, acc = values
+                return [combine(bb, acc, irutil.convert(bb, x, source.dtype, out.dtype))]
+
+            loops.elementwise(b, target, shape, [src_op, acc_op], [acc_op], accumulate)
+        else:
+            self._emit_inner_reduction(ctx, shape, src, src_strides, dst, dst_strides,
+                                       combine, identity, acc_type, source.dtype, out.dtype)
+
+        # 3. Mean: divide by the number of reduced elements.
+        if step.type == "Mean":
+            count = self._count(step)
+
+            def scale(bb, values, lanes):
+                (x,) = values
+                if irutil.is_float(x.type):
+                    return [bb.fmul(x, irutil.const(x.type, 1.0 / count))]
+                return [bb.sdiv(x, irutil.const(x.type, count))]
+
+            operand = ctx.operand(out)
+            loops.elementwise(b, target, out.shape, [operand], [operand], scale)
+
+    def _emit_inner_reduction(self, ctx, shape, src, src_strides, dst, dst_strides, combine,
+                              identity, acc_type, in_dtype, out_dtype):
+        b, target = ctx.builder, ctx.target
+        inner = shape[-1]
+        operands = [loops.Operand(src.ptr, src.dtype, src_strides, src.align),
+                    loops.Operand(dst.ptr, dst.dtype, dst_strides, dst.align)]
+        width = loops.vector_width(target, operands)
+        if inner < width or src_strides[-1] != 1:
+            width = 1
+
+        def row(pointers):
+            src_ptr, dst_ptr = pointers
+            vector_end = inner - inner % width if width > 1 else 0
+            total = None
+            if vector_end:
+                acc0 = irutil.const(irutil.vector_of(acc_type, width), identity)
+                with irutil.accumulating_loop(b, 0, vector_end, [acc0], width, name="r") as loop:
+                    at = irutil.element_ptr(b, src_ptr, in_dtype, loop.index)
+                    x = irutil.load(b, at, in_dtype, width, src.itemsize)
+                    loop.set_next([combine(b, loop.values[0],
+                                           irutil.convert(b, x, in_dtype, out_dtype))])
+                total = horizontal(b, loop.results[0], combine)
+            if vector_end < inner:
+                start = total if total is not None else irutil.const(acc_type, identity)
+                with irutil.accumulating_loop(b, vector_end, inner, [start], name="t") as loop:
+                    at = irutil.element_ptr(b, src_ptr, in_dtype,
+                                            b.mul(loop.index, irutil.i64(src_strides[-1])))
+                    x = irutil.load(b, at, in_dtype, 1, src.itemsize)
+                    loop.set_next([combine(b, loop.values[0],
+                                           irutil.convert(b, x, in_dtype, out_dtype))])
+                total = loop.results[0]
+            current = irutil.load(b, dst_ptr, out_dtype, 1, dst.itemsize)
+            irutil.store(b, combine(b, current, total), dst_ptr, out_dtype, dst.itemsize)
+
+        loops.outer_loops(b, shape[:-1], operands, [s[:-1] for s in (src_strides, dst_strides)],
+                          row)

@@ -1,0 +1,189 @@
+"""Loop nests over strided tensors, vectorized along the innermost dimension.
+
+An :class:`Operand` is a pointer with one element stride per dimension of an index space
+(0 where the operand is broadcast). :func:`elementwise` emits the loop nest that evaluates a
+body for every index: adjacent dimensions that are contiguous for all operands are merged
+first, outer dimensions become scalar loops, and the innermost one runs in vectors of the
+target's width (operands with stride 1 load vectors, stride 0 are splatted once per row) with
+a scalar loop for the remainder. Any other stride falls back to a scalar loop.
+"""
+
+import dataclasses
+import math
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil
+from myelin.flow import dtypes
+
+
+@dataclasses.dataclass
+class Operand:
+    """A tensor seen through an index space: base pointer, dtype, element strides, alignment."""
+
+    ptr: ir.Value
+    dtype: str
+    strides: tuple
+    align: int
+
+    @property
+    def itemsize(self):
+        return dtypes.itemsize(self.dtype)
+
+
+def contiguous_strides(shape):
+    """Row-major element strides of a dense tensor."""
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape, out_shape):
+    """Strides of a dense tensor of ``shape`` broadcast (NumPy rules) to ``out_shape``."""
+    own = contiguous_strides(shape)
+    pad = len(out_shape) - len(shape)
+    return tuple(0 if axis < pad or shape[axis - pad] == 1 and out_shape[axis] != 1
+                 else own[axis - pad] for axis in range(len(out_shape)))
+
+
+def collapse(shape, stride_lists):
+    """Drop size-1 dimensions and merge adjacent ones that are contiguous for every operand.
+
+    Returns the new shape and the new stride tuple of each operand.
+    """
+    dims = [(d, [s[i] for s in stride_lists]) for i, d in enumerate(shape) if d != 1]
+    merged = []
+    for size, strides in dims:
+        if merged:
+            prev_size, prev_strides = merged[-1]
+            if all(ps == s * size for ps, s in zip(prev_strides, strides)):
+                merged[-1] = (prev_size * size, strides)
+                continue
+        merged.append((size, strides))
+    new_shape = tuple(size for size, _ in merged)
+    new_strides = [tuple(strides[k] for _, strides in merged) for k in range(len(stride_lists))]
+    return new_shape, new_strides
+
+
+def lanes(target, dtype):
+    """Lanes per vector for one dtype (float16 is computed in float32)."""
+    return max(1, target.vector_bytes // max(dtypes.itemsize(dtype), 4 if dtype == "float16" else 1))
+
+
+def vector_width(target, operands):
+    """Lanes per vector for these operands: the target's SIMD bytes over the widest element."""
+    return min(lanes(target, op.dtype) for op in operands)
+
+
+def _row_align(operand, outer_strides, step_bytes):
+    """Alignment guaranteed for every access at a multiple of ``step_bytes`` within a row."""
+    align = operand.align
+    for stride in outer_strides:
+        if stride:
+            align = math.gcd(align, stride * operand.itemsize)
+    return max(math.gcd(align, step_bytes), operand.itemsize)
+
+
+def outer_loops(builder, shape, operands, strides, body, name="d"):
+    """Scalar loops over ``shape``; calls ``body(pointers)`` with each operand's base pointer."""
+
+    def level(axis, pointers):
+        if axis == len(shape):
+            body(pointers)
+            return
+        with irutil.for_range(builder, 0, shape[axis], name=f"{name}{axis}") as index:
+            moved = []
+            for operand, ptr, stride in zip(operands, pointers, strides):
+                if stride[axis]:
+                    offset = builder.mul(index, irutil.i64(stride[axis]))
+                    ptr = irutil.element_ptr(builder, ptr, operand.dtype, offset)
+                moved.append(ptr)
+            level(axis + 1, moved)
+
+    level(0, [op.ptr for op in operands])
+
+
+def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
+    """Emit a loop nest computing ``outputs[k][i] = body(inputs[...][i])[k]`` for all indices i.
+
+    ``body(builder, values, lanes)`` receives the input values (scalars, or vectors of
+    ``lanes`` elements) and returns one value per output, of the same width, in each output's
+    compute type. The body is emitted once: the last, partial vector of a row is computed in
+    small stack buffers that the loop's final iteration reads and writes instead of the tensor.
+    """
+    operands = list(inputs) + list(outputs)
+    shape, strides = collapse(tuple(shape), [op.strides for op in operands])
+    if not shape:
+        shape, strides = (1,), [(0,) for _ in operands]
+    inner = shape[-1]
+    width = vector_width(target, operands) if vectorize else 1
+    inner_strides = [s[-1] for s in strides]
+    if width > 1 and any(s not in (0, 1) for s in inner_strides):
+        width = 1
+    if width > 1 and inner < width:
+        width = max(1, 1 << (inner.bit_length() - 1))  # a narrower vector still helps
+    blocks, tail = divmod(inner, width)
+    aligns = {id(op): _row_align(op, s[:-1], width * op.itemsize) for op, s in zip(operands, strides)}
+    buffers = {}
+    if tail:
+        entry = builder.function.entry_basic_block
+        with builder.goto_block(entry):
+            if entry.instructions:
+                builder.position_before(entry.instructions[0])
+            for op, stride in zip(operands, inner_strides):
+                if stride:
+                    buffer = builder.alloca(ir.ArrayType(irutil.storage_type(op.dtype), width),
+                                            name="tail")
+                    buffer.align = width * op.itemsize
+                    buffer.type = irutil.PTR  # llvmlite types allocas; the module is opaque
+                    buffers[id(op)] = buffer
+
+    def row(pointers):
+        values_in = {}
+        for operand, ptr, stride in zip(inputs, pointers, inner_strides):
+            if stride == 0:
+                values_in[id(operand)] = irutil.splat(
+                    builder, irutil.load(builder, ptr, operand.dtype, 1, operand.itemsize), width)
+        if tail:
+            for operand, ptr, stride in zip(inputs, pointers, inner_strides):
+                if stride:
+                    _copy_elements(builder, operand.dtype, ptr, buffers[id(operand)],
+                                   blocks * width, 0, tail)
+        count = blocks + (1 if tail else 0)
+        with irutil.for_range(builder, 0, count, 1, name="v") as block:
+            is_tail = builder.icmp_signed("==", block, irutil.i64(blocks)) if tail else None
+
+            def address(operand, ptr, stride):
+                # Vectors only run over unit strides; a scalar loop may step by any stride.
+                offset = builder.mul(block, irutil.i64(width * stride))
+                at = irutil.element_ptr(builder, ptr, operand.dtype, offset)
+                return builder.select(is_tail, buffers[id(operand)], at) if tail else at
+
+            values = [values_in[id(op)] if stride == 0 else
+                      irutil.load(builder, address(op, ptr, stride), op.dtype, width,
+                                  aligns[id(op)])
+                      for op, ptr, stride in zip(inputs, pointers, inner_strides)]
+            results = body(builder, values, width)
+            for operand, ptr, stride, value in zip(outputs, pointers[len(inputs):],
+                                                   inner_strides[len(inputs):], results):
+                irutil.store(builder, value, address(operand, ptr, stride), operand.dtype,
+                             aligns[id(operand)])
+        if tail:
+            for operand, ptr in zip(outputs, pointers[len(inputs):]):
+                _copy_elements(builder, operand.dtype, buffers[id(operand)], ptr, 0,
+                               blocks * width, tail)
+
+    outer_loops(builder, shape[:-1], operands, [s[:-1] for s in strides], row)
+
+
+def _copy_elements(builder, dtype, source, target, source_start, target_start, count):
+    """Copy ``count`` elements of ``dtype`` (a small constant) between two pointers."""
+    storage = irutil.storage_type(dtype)
+    size = dtypes.itemsize(dtype)
+    for k in range(count):
+        value = builder.load(irutil.element_ptr(builder, source, dtype, source_start + k),
+                             typ=storage, align=size)
+        builder.store(value, irutil.element_ptr(builder, target, dtype, target_start + k),
+                      align=size)

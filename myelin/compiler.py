@@ -1,0 +1,158 @@
+"""The compiler driver: a flow in, a :class:`~myelin.runtime.Network` of native cells out.
+
+``Compiler().compile(flow)`` infers inputs and outputs, orders every function's ops, picks a
+kernel for each op, plans each cell's instance memory, places the globals, emits one LLVM
+function per cell and compiles them all in one module for the host CPU.
+"""
+
+import itertools
+import time
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import engine, kernels
+from myelin.codegen.llvm import target as targets
+from myelin.codegen.llvm.cell import emit_cell
+from myelin.errors import CompileError, FlowError, UnsupportedOpError
+from myelin.flow import dtypes
+from myelin.ops import registry
+from myelin.plan import memory
+from myelin.plan.cell import CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Step, TensorSpec
+from myelin.runtime.memory import aligned_zeros
+from myelin.runtime.network import Cell, Network
+
+_module_ids = itertools.count()
+
+
+class Compiler:
+    """Compiles flows for the host CPU.
+
+    ``features`` restricts the CPU features used (a preset such as "sse", "avx", "avx2",
+    "noavx512", or "+feat,-feat" items; default: all of the host's, or $MYELIN_CPU_FEATURES).
+    ``reuse_memory`` lets locals share instance space when their live ranges do not overlap.
+    ``dump`` keeps the optimized LLVM IR and assembly (``net.dumps``).
+    """
+
+    def __init__(self, features=None, opt_level=3, reuse_memory=True, alignment=64, dump=False):
+        self.target = targets.host(features)
+        self.opt_level = opt_level
+        self.reuse_memory = reuse_memory
+        self.alignment = alignment
+        self.dump = dump
+        self.timings = {}
+
+    def compile(self, flow):
+        """Compile every function of ``flow`` into a cell; returns a Network."""
+        start = time.perf_counter()
+        flow.infer_inputs_and_outputs()
+        flow.verify()
+        globals_ = {}
+        planned = [self._plan_function(flow, func, globals_) for func in flow.funcs.values()]
+        self._check_supported(planned)
+        self.timings["plan"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        arrays = self._place_globals(globals_)
+        module = ir.Module(name=f"myelin{next(_module_ids)}")
+        symbols = {}
+        for name, steps, tensors, _ in planned:
+            symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in name)
+            symbol = f"{symbol}_{len(symbols)}"
+            symbols[name] = symbol
+            emit_cell(module, symbol, steps, self.target, self.alignment)
+        self.timings["emit"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        code = engine.compile_module(module, self.target, self.opt_level, self.dump)
+        self.timings["llvm"] = time.perf_counter() - start
+
+        cells = []
+        for name, steps, tensors, (size, unshared) in planned:
+            cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
+                              self.alignment))
+        network = Network(cells, arrays, code, self.target, flow)
+        network.dumps = code.dumps
+        return network
+
+    # Planning.
+    def _plan_function(self, flow, func, globals_):
+        tensors, specs = [], {}
+
+        def spec_of(var):
+            if var.is_global:
+                spec = globals_.get(var.name)
+                if spec is None:
+                    spec = self._make_spec(var, CONSTANT if var.constant else LEARNABLE)
+                    globals_[var.name] = spec
+                if spec not in tensors:
+                    tensors.append(spec)
+                return spec
+            spec = specs.get(var.name)
+            if spec is None:
+                kind = INPUT if var.is_input else OUTPUT if var.is_output else LOCAL
+                spec = self._make_spec(var, kind)
+                specs[var.name] = spec
+                tensors.append(spec)
+            return spec
+
+        steps = []
+        for op in flow.order(func):
+            step = Step(op.name, op.type, [spec_of(v) for v in op.inputs],
+                        [spec_of(v) for v in op.outputs], op.attrs, op=op)
+            step.kernel = kernels.select(step, self.target)
+            if step.kernel is not None:
+                step.variant = step.kernel.variant(step, self.target)
+                if step.kernel.view(step) and self._may_view(step):
+                    step.outputs[0].view_of = step.inputs[0]
+            steps.append(step)
+        sizes = None
+        if all(step.kernel is not None for step in steps):
+            sizes = memory.plan(steps, tensors, self.reuse_memory)
+        return func.name, steps, tensors, sizes
+
+    @staticmethod
+    def _may_view(step):
+        source, out = step.inputs[0], step.outputs[0]
+        if source.root().is_global and out.kind in (OUTPUT, INPUT):
+            return False
+        return out.kind != INPUT
+
+    def _make_spec(self, var, kind):
+        if not var.dtype:
+            raise CompileError(f"variable {var.name} has no data type")
+        dtypes.canonical(var.dtype)
+        shape = tuple(max(d, 1) for d in var.shape)  # a dynamic dimension counts as 1
+        spec = TensorSpec(var.name, dtypes.canonical(var.dtype), shape, kind,
+                          aliases=list(var.aliases), is_output=var.is_output,
+                          alignment=self.alignment)
+        spec.var = var
+        return spec
+
+    @staticmethod
+    def _check_supported(planned):
+        missing = []
+        for _, steps, _, _ in planned:
+            for step in steps:
+                if step.kernel is None:
+                    known = registry.find(step.type) is not None
+                    why = "no CPU kernel supports" if known else "unknown op type"
+                    shapes = ", ".join(t.type_string() for t in step.inputs)
+                    missing.append(f"{step.name} ({step.type}: {why} inputs {shapes})")
+        if missing:
+            raise UnsupportedOpError(f"{len(missing)} ops cannot be compiled: "
+                                     + "; ".join(missing), ops=missing)
+
+    def _place_globals(self, globals_):
+        arrays = {}
+        for name, spec in globals_.items():
+            memory_block = aligned_zeros(max(spec.size, 1), self.alignment)
+            array = memory_block[:spec.size].view(dtypes.to_numpy(spec.dtype)).reshape(spec.shape)
+            if spec.kind == CONSTANT:
+                data = spec.var.data
+                if data.size != array.size:
+                    raise FlowError(f"constant {name} has {data.size} elements, its shape "
+                                    f"{list(spec.shape)} needs {array.size}")
+                array[...] = data.reshape(spec.shape)
+            spec.address = memory_block.ctypes.data
+            arrays[name] = (spec, array)
+        return arrays

@@ -1,0 +1,85 @@
+"""The compiled form of a function before code generation: tensors and steps.
+
+A :class:`TensorSpec` is a variable as the compiled cell sees it: where it lives (an offset in
+the instance block, or the address of a global owned by the network), its size, alignment and
+live range, and which other tensor's storage it shares. A :class:`Step` is an operation with
+its chosen kernel.
+"""
+
+import dataclasses
+
+from myelin.flow import dtypes
+
+INPUT, OUTPUT, LOCAL, CONSTANT, LEARNABLE = "input", "output", "local", "constant", "learnable"
+
+
+@dataclasses.dataclass(eq=False)
+class TensorSpec:
+    """One tensor of a cell: a variable with its layout in memory."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    kind: str
+    aliases: list = dataclasses.field(default_factory=list)
+    is_output: bool = False        # an output of the cell (also set for input-and-output)
+    alignment: int = 64
+    offset: int | None = None      # byte offset in the instance block (instance tensors)
+    address: int | None = None     # absolute address (globals)
+    first: int = -1                # first and last step index that touch the tensor
+    last: int = -1
+    shares: "TensorSpec | None" = None   # storage taken over from this tensor (printed "union")
+    view_of: "TensorSpec | None" = None  # the tensor is a view of another (no code, same bytes)
+
+    @property
+    def itemsize(self):
+        return dtypes.itemsize(self.dtype)
+
+    @property
+    def elements(self):
+        count = 1
+        for d in self.shape:
+            count *= max(d, 1)
+        return count
+
+    @property
+    def size(self):
+        return self.elements * self.itemsize
+
+    @property
+    def is_global(self):
+        return self.kind in (CONSTANT, LEARNABLE)
+
+    @property
+    def in_instance(self):
+        return not self.is_global
+
+    def root(self):
+        """The tensor whose storage this one uses (following views)."""
+        tensor = self
+        while tensor.view_of is not None:
+            tensor = tensor.view_of
+        return tensor
+
+    def type_string(self):
+        if not self.shape:
+            return self.dtype
+        return f"{self.dtype}[{'x'.join(str(d) for d in self.shape)}]"
+
+
+@dataclasses.dataclass(eq=False)
+class Step:
+    """One operation of a cell with its inputs, outputs and kernel."""
+
+    name: str
+    type: str
+    inputs: list
+    outputs: list
+    attrs: dict
+    kernel: object = None
+    variant: str = ""
+    op: object = None   # the flow Operation it came from
+
+    @property
+    def noop(self):
+        return all(out.view_of is not None for out in self.outputs) and bool(self.outputs)

@@ -1,0 +1,63 @@
+"""The text description of a compiled cell: its instance layout and steps.
+
+The format follows the Myelin guide: a header with the instance size, one line per instance
+tensor (offset, size, alignment; tensors sharing space are printed as ``union`` under the
+tensor whose space they use), the globals the cell reads, then ``out = Kernel[variant](in)``
+for each step.
+"""
+
+
+def _tensor_line(spec, indent, word):
+    where = f"offset {spec.root().offset} " if spec.root().offset is not None else ""
+    return (f"{indent}{word} {spec.name}: {spec.type_string()}".ljust(44)
+            + f"  // {where}size {spec.size} alignment {spec.alignment}")
+
+
+def describe(cell):
+    saved = cell.unshared_size - cell.instance_size
+    lines = [f"cell {cell.name} {{  // size {cell.instance_size} "
+             f"({cell.unshared_size} without reuse, {saved} saved)"]
+    owners = [t for t in cell.tensors if t.view_of is None and t.shares is None]
+    owners.sort(key=lambda t: (t.offset, t.name))
+    sharing = {}
+    for spec in cell.tensors:
+        partner = spec.view_of or spec.shares
+        if partner is not None:
+            sharing.setdefault(id(_owner(spec)), []).append(spec)
+    for spec in owners:
+        word = {"input": "input var", "output": "output var"}.get(spec.kind, "var")
+        if spec.kind == "input" and spec.is_output:
+            word = "input output var"
+        lines.append(_tensor_line(spec, "  ", word))
+        for other in sharing.get(id(spec), []):
+            lines.append(_tensor_line(other, "    ", "union"))
+    globals_seen = []
+    for step in cell.steps:
+        for tensor in step.inputs + step.outputs:
+            if tensor.is_global and tensor not in globals_seen:
+                globals_seen.append(tensor)
+    if globals_seen:
+        lines.append("")
+    for spec in globals_seen:
+        word = "const" if spec.kind == "constant" else "learnable"
+        lines.append(f"  {word} {spec.name}: {spec.type_string()}".ljust(44)
+                     + f"  // size {spec.size} alignment {spec.alignment}")
+    if cell.steps:
+        lines.append("")
+    for step in cell.steps:
+        outputs = ", ".join(t.name for t in step.outputs)
+        inputs = ", ".join(t.name for t in step.inputs)
+        kernel = step.kernel.kernel_name(step)
+        variant = f"[{step.variant}]" if step.variant else ""
+        note = "  // view, no code" if step.noop else ""
+        lhs = f"{outputs} = " if outputs else ""
+        lines.append(f"  {lhs}{kernel}{variant}({inputs}){note}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _owner(spec):
+    """The tensor that owns the space ``spec`` uses."""
+    while spec.view_of is not None or spec.shares is not None:
+        spec = spec.view_of or spec.shares
+    return spec

@@ -1,0 +1,264 @@
+"""Compiled networks and how to compute with them.
+
+A :class:`Network` holds the compiled cells of a flow and the global tensors (constants and
+learnable parameters). A :class:`Cell` is one compiled function: its code and the layout of its
+instance block. An :class:`Instance` is one such block of memory; ``compute()`` is a single call
+into native code (the GIL is released, so instances compute concurrently on threads).
+:class:`Tensor` is a zero-copy view of one tensor in an instance or of a global.
+"""
+
+import ctypes
+
+import numpy as np
+
+from myelin.errors import InputError
+from myelin.flow import dtypes
+from myelin.runtime.memory import aligned_zeros
+
+_CELL_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class Tensor:
+    """A view of one tensor: element access ``t[i, j]``, and NumPy's array interface, so
+    ``np.asarray(t)`` is a writeable view without a copy."""
+
+    def __init__(self, name, array, owner):
+        self._name = name
+        self._array = array
+        self._owner = owner  # keeps the memory alive
+
+    def name(self):
+        return self._name
+
+    def rank(self):
+        return self._array.ndim
+
+    def shape(self):
+        return list(self._array.shape)
+
+    def type(self):
+        return dtypes.from_numpy(self._array.dtype)
+
+    def numpy(self):
+        """The NumPy view (no copy)."""
+        return self._array
+
+    @property
+    def __array_interface__(self):
+        return self._array.__array_interface__
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return np.array(self._array, dtype=dtype)
+        return self._array if dtype is None else self._array.astype(dtype, copy=False)
+
+    def __len__(self):
+        return len(self._array) if self._array.ndim else 1
+
+    def __getitem__(self, index):
+        value = self._array[index]
+        return value.item() if isinstance(value, np.generic) else value
+
+    def __setitem__(self, index, value):
+        self._array[index] = value
+
+    def __repr__(self):
+        return f"Tensor({self._name}: {self.type()}{self.shape()})"
+
+    def __str__(self):
+        return str(self._array)
+
+
+def _coerce(spec_name, spec_dtype, shape, value):
+    """``value`` as an array of the tensor's dtype and shape, or InputError saying why not."""
+    array = np.asarray(value)
+    target = dtypes.to_numpy(spec_dtype)
+    if array.dtype != target and not np.can_cast(array.dtype, target, casting="same_kind"):
+        raise InputError(f"tensor {spec_name} holds {spec_dtype}; cannot take {array.dtype} "
+                         f"values")
+    if array.shape != shape:
+        if array.size == int(np.prod(shape)) and array.ndim == 0:
+            array = np.broadcast_to(array, shape)
+        else:
+            raise InputError(f"tensor {spec_name} has shape {list(shape)}, "
+                             f"got a value of shape {list(array.shape)}")
+    return array
+
+
+class Network:
+    """A compiled flow: cells by function name and the global tensors they share."""
+
+    def __init__(self, cells, globals_, code, target, flow=None):
+        self._cells = {cell.name: cell for cell in cells}
+        self._globals = globals_   # name -> (TensorSpec, ndarray)
+        self._global_names = {}
+        for name, (spec, _) in globals_.items():
+            for key in [name] + list(spec.aliases):
+                self._global_names.setdefault(key, name)
+        self._code = code          # keeps the machine code alive
+        self.target = target
+        self.flow = flow
+        for cell in cells:
+            cell.network = self
+
+    @property
+    def cells(self):
+        return list(self._cells.values())
+
+    def cell(self, name):
+        """The cell compiled from function ``name``."""
+        try:
+            return self._cells[name]
+        except KeyError:
+            raise InputError(f"network has no cell {name!r}; cells: "
+                             f"{', '.join(self._cells) or 'none'}") from None
+
+    def _global(self, key):
+        name = key if isinstance(key, str) else repr(key)
+        resolved = self._global_names.get(name)
+        if resolved is None:
+            raise InputError(f"network has no global tensor {name!r}")
+        return self._globals[resolved]
+
+    def tensor(self, key):
+        """A view of a global tensor (constant or learnable parameter)."""
+        spec, array = self._global(key)
+        return Tensor(spec.name, array, self)
+
+    def __getitem__(self, key):
+        spec, array = self._global(key)
+        return array.item() if array.ndim == 0 else Tensor(spec.name, array, self)
+
+    def __setitem__(self, key, value):
+        spec, array = self._global(key)
+        array[...] = _coerce(spec.name, spec.dtype, array.shape, value)
+
+    def globals(self):
+        return list(self._globals)
+
+
+class Cell:
+    """A compiled function: native code plus the layout of its instance memory."""
+
+    def __init__(self, name, tensors, steps, address, instance_size, unshared_size,
+                 alignment=64):
+        self.name = name
+        self.network = None
+        self.steps = steps
+        self.instance_size = instance_size
+        self.unshared_size = unshared_size
+        self.instance_alignment = alignment
+        self.address = address
+        self._function = _CELL_FUNCTION(address)
+        self._tensors = [t for t in tensors if not t.is_global]
+        self._index = {}
+        for i, tensor in enumerate(self._tensors):
+            for key in [tensor.name] + list(tensor.aliases):
+                self._index.setdefault(key, i)
+
+    @property
+    def tensors(self):
+        """The instance tensors of the cell (inputs, outputs and locals)."""
+        return list(self._tensors)
+
+    @property
+    def inputs(self):
+        return [t.name for t in self._tensors if t.kind == "input"]
+
+    @property
+    def outputs(self):
+        return [t.name for t in self._tensors if t.kind == "output" or t.is_output]
+
+    def index(self, key):
+        """The parameter index of a tensor (faster lookups than by name)."""
+        name = key if isinstance(key, str) else repr(key)
+        try:
+            return self._index[name]
+        except KeyError:
+            raise InputError(f"cell {self.name} has no tensor {name!r}") from None
+
+    def __contains__(self, key):
+        name = key if isinstance(key, str) else repr(key)
+        return name in self._index
+
+    def spec(self, key):
+        return self._tensors[key if isinstance(key, int) else self.index(key)]
+
+    def instance(self):
+        """A new instance: a zeroed block of memory for this cell's tensors."""
+        return Instance(self)
+
+    def layout(self):
+        """The instance layout and steps, in the format of the Myelin guide."""
+        from myelin.runtime.layout import describe
+        return describe(self)
+
+    def __str__(self):
+        return self.layout()
+
+    def __repr__(self):
+        return f"<Cell {self.name}: {len(self.steps)} steps, instance {self.instance_size} bytes>"
+
+
+class Instance:
+    """One set of the cell's tensors in memory; ``compute()`` runs the cell on it."""
+
+    def __init__(self, cell):
+        self.cell = cell
+        self._memory = aligned_zeros(max(cell.instance_size, 1), cell.instance_alignment)
+        self._address = self._memory.ctypes.data
+        self._function = cell._function
+        self._views = {}
+
+    def compute(self):
+        """Run the cell: one native call (the GIL is released meanwhile)."""
+        self._function(self._address)
+
+    def clear(self):
+        """Set every tensor of the instance to zero."""
+        self._memory.fill(0)
+
+    def _view(self, index):
+        view = self._views.get(index)
+        if view is None:
+            spec = self.cell._tensors[index]
+            root = spec.root()
+            dtype = dtypes.to_numpy(spec.dtype)
+            shape = tuple(max(d, 1) for d in spec.shape)
+            if root.address is not None:
+                view = self.cell.network.tensor(root.name).numpy().view(dtype).reshape(shape)
+            else:
+                view = np.ndarray(shape, dtype, buffer=self._memory, offset=root.offset)
+            self._views[index] = view
+        return view
+
+    def _resolve(self, key):
+        if isinstance(key, (int, np.integer)):
+            if not 0 <= key < len(self.cell._tensors):
+                raise InputError(f"cell {self.cell.name} has no tensor index {key}")
+            return int(key)
+        return self.cell.index(key)
+
+    def tensor(self, key):
+        """A Tensor view of a tensor of this instance, by Variable, name, alias or index."""
+        index = self._resolve(key)
+        return Tensor(self.cell._tensors[index].name, self._view(index), self)
+
+    def __getitem__(self, key):
+        index = self._resolve(key)
+        view = self._view(index)
+        if view.ndim == 0:
+            return view.item()
+        return Tensor(self.cell._tensors[index].name, view, self)
+
+    def __setitem__(self, key, value):
+        index = self._resolve(key)
+        spec = self.cell._tensors[index]
+        view = self._view(index)
+        view[...] = _coerce(spec.name, spec.dtype, view.shape, value)
+
+    def __str__(self):
+        lines = []
+        for index, spec in enumerate(self.cell._tensors):
+            lines.append(f"{spec.name} = {self._view(index)}")
+        return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Test helpers: compile a flow, poison every tensor, run, and compare with the interpreter."""
+
+import numpy as np
+
+import myelin
+from myelin import reference
+
+from myelin.codegen.llvm import target as _target
+
+# Feature presets the back-end suites run under: the host's features, AVX-512 off, AVX2 off
+# and SSE only. Presets that give the same features on this CPU (AVX-512 off on a CPU without
+# it) are run once.
+PRESETS = list({_target.host(p).features: p for p in ["sse", "avx", "noavx512", "host"]}.values())
+
+
+def poison(data):
+    """Fill every instance tensor with garbage (NaN for floats) so unwritten elements show."""
+    for spec in data.cell.tensors:
+        view = data.tensor(spec.name).numpy()
+        if view.dtype.kind == "f":
+            view[...] = np.nan
+        elif view.dtype.kind == "b":
+            view[...] = True
+        else:
+            view[...] = np.iinfo(view.dtype).max // 3
+
+
+def random_array(rng, dtype, shape, low=-3.0, high=3.0):
+    """Fresh random values of ``dtype`` (never all zeros)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo = max(int(low), np.iinfo(dtype).min)
+        hi = min(int(high), np.iinfo(dtype).max)
+        return rng.integers(lo, hi + 1, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def relative_error(actual, expected):
+    """``‖actual − expected‖ / ‖expected‖`` in float64 (absolute when expected is zero)."""
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape {actual.shape} != expected {expected.shape}")
+    both_nan = np.isnan(actual) & np.isnan(expected)
+    same_inf = np.isinf(expected) & (actual == expected)
+    mask = ~(both_nan | same_inf)
+    diff = np.linalg.norm((actual - expected)[mask])
+    norm = np.linalg.norm(expected[mask])
+    return diff / norm if norm > 0 else diff
+
+
+def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False):
+    """Compile ``flow``, run each function with its inputs, compare outputs with the reference.
+
+    ``inputs_by_func`` maps a function name to {variable: array}. Raises AssertionError with
+    the function, output and error on a mismatch. Returns the compiled network.
+    """
+    net = myelin.Compiler(features=features).compile(flow)
+    for func_name, inputs in inputs_by_func.items():
+        cell = net.cell(func_name)
+        data = cell.instance()
+        poison(data)
+        for var, value in inputs.items():
+            data[var] = value
+        data.compute()
+        expected = reference.run(flow, func_name, inputs)
+        for name, want in expected.items():
+            got = np.asarray(data[name]) if np.ndim(want) else data[name]
+            if exact:
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
+                                              err_msg=f"{func_name}: {name}")
+                continue
+            error = relative_error(got, want)
+            assert error <= tolerance, (f"{func_name}: output {name} relative error {error:.3g} "
+                                        f"> {tolerance:g} [{features}]\n got {got}\n want {want}")
+    return net

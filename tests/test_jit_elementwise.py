@@ -1,0 +1,181 @@
+"""Compiled element-wise ops against the float64 reference, over many sizes and broadcasts,
+under every CPU feature preset."""
+
+import numpy as np
+import pytest
+
+import myelin
+from jitcheck import PRESETS, random_array, run_and_compare
+
+SIZES = list(range(1, 34)) + [64, 127, 128, 256]
+
+# op -> (low, high) of the random inputs, chosen inside the op's domain.
+UNARY_FLOAT = {
+    "Neg": (-5, 5), "Abs": (-5, 5), "Sign": (-5, 5), "Relu": (-5, 5), "Square": (-5, 5),
+    "Sqrt": (0.01, 10), "Rsqrt": (0.01, 10), "Reciprocal": (0.5, 5), "Exp": (-10, 10),
+    "Log": (0.01, 100), "Sigmoid": (-10, 10), "Tanh": (-5, 5), "Erf": (-3, 3),
+    "Softsign": (-5, 5), "Softplus": (-10, 10), "LogSigmoid": (-10, 10), "Floor": (-5, 5),
+    "Ceil": (-5, 5), "Round": (-5, 5), "Trunc": (-5, 5), "Sin": (-10, 10), "Cos": (-10, 10),
+    "Tan": (-1.2, 1.2), "Cot": (0.2, 1.4), "Sec": (-1.2, 1.2), "Csc": (0.2, 3),
+    "Asin": (-0.99, 0.99), "Acos": (-0.99, 0.99), "Atan": (-10, 10), "Acot": (0.1, 10),
+    "Asec": (1.01, 10), "Acsc": (1.01, 10), "Sinh": (-5, 5), "Cosh": (-5, 5),
+    "Coth": (0.1, 5), "Sech": (-5, 5), "Csch": (0.1, 5), "Asinh": (-10, 10),
+    "Acosh": (1.01, 10), "Atanh": (-0.99, 0.99), "Acoth": (1.01, 10), "Asech": (0.01, 0.99),
+    "Acsch": (0.1, 10), "Gelu": (-5, 5), "Identity": (-5, 5),
+}
+BINARY_FLOAT = {
+    "Add": ((-5, 5), (-5, 5)), "Sub": ((-5, 5), (-5, 5)), "Mul": ((-5, 5), (-5, 5)),
+    "Div": ((-5, 5), (0.5, 5)), "Minimum": ((-5, 5), (-5, 5)),
+    "Maximum": ((-5, 5), (-5, 5)), "Pow": ((0.1, 3), (-2, 2)),
+}
+UNARY_INT = ["Neg", "Abs", "Sign", "Relu", "Square", "Identity"]
+BINARY_INT = ["Add", "Sub", "Mul", "Div", "Minimum", "Maximum"]
+COMPARISONS = ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"]
+TOLERANCE = {"float32": 3e-6, "float64": 1e-12}
+# Shapes of (x, y) for the broadcasting cases.
+BROADCASTS = [((3, 7), (7,)), ((5, 1), (1, 6)), ((), (9,)), ((4, 1, 3), (2, 3)), ((2, 3, 17), (2, 1, 17))]
+
+
+def _unary_flow(op_type, dtype, attrs=None):
+    flow = myelin.Flow()
+    for size in SIZES:
+        f = myelin.Builder(flow, f"n{size}")
+        f.op(op_type, [f.var("x", dtype, [size])], attrs=attrs)
+    f = myelin.Builder(flow, "matrix")
+    f.op(op_type, [f.var("x", dtype, [5, 33])], attrs=attrs)
+    return flow
+
+
+def _inputs(flow, ranges, dtype, rng):
+    inputs = {}
+    for name, func in flow.funcs.items():
+        values = {}
+        for position, var in enumerate(v for op in func.ops for v in op.inputs if not v.constant):
+            low, high = ranges[min(position, len(ranges) - 1)]
+            values[var] = random_array(rng, var.dtype if var.dtype != "bool" else "bool",
+                                       var.shape, low, high)
+        inputs[name] = values
+    return inputs
+
+
+def _binary_flow(op_type, dtype, out_bool=False):
+    flow = myelin.Flow()
+    for size in SIZES:
+        f = myelin.Builder(flow, f"n{size}")
+        f.op(op_type, [f.var("x", dtype, [size]), f.var("y", dtype, [size])])
+    for i, (xs, ys) in enumerate(BROADCASTS):
+        f = myelin.Builder(flow, f"b{i}")
+        f.op(op_type, [f.var("x", dtype, xs), f.var("y", dtype, ys)])
+        f = myelin.Builder(flow, f"r{i}")
+        f.op(op_type, [f.var("x", dtype, ys), f.var("y", dtype, xs)])
+    return flow
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op_type", sorted(UNARY_FLOAT))
+def test_unary_float(op_type, dtype, features):
+    rng = np.random.default_rng()
+    flow = _unary_flow(op_type, dtype)
+    tolerance = TOLERANCE[dtype] * (10 if op_type in ("Pow", "Acosh", "Asech", "Acoth") else 1)
+    run_and_compare(flow, _inputs(flow, [UNARY_FLOAT[op_type]], dtype, rng), tolerance, features)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op_type", sorted(BINARY_FLOAT))
+def test_binary_float(op_type, dtype, features):
+    rng = np.random.default_rng()
+    flow = _binary_flow(op_type, dtype)
+    tolerance = TOLERANCE[dtype] * (10 if op_type == "Pow" else 1)
+    run_and_compare(flow, _inputs(flow, list(BINARY_FLOAT[op_type]), dtype, rng), tolerance,
+                    features)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("op_type", UNARY_INT)
+def test_unary_int(op_type, features):
+    rng = np.random.default_rng()
+    flow = _unary_flow(op_type, "int32")
+    run_and_compare(flow, _inputs(flow, [(-1000, 1000)], "int32", rng), 0, features, exact=True)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("op_type", BINARY_INT)
+def test_binary_int(op_type, dtype, features):
+    rng = np.random.default_rng()
+    flow = _binary_flow(op_type, dtype)
+    ranges = [(-1000, 1000), (1, 50)] if op_type == "Div" else [(-1000, 1000)]
+    run_and_compare(flow, _inputs(flow, ranges, dtype, rng), 0, features, exact=True)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("op_type", COMPARISONS)
+def test_comparisons(op_type, dtype, features):
+    rng = np.random.default_rng()
+    flow = _binary_flow(op_type, dtype)
+    # Few distinct values, so that equal pairs occur often.
+    run_and_compare(flow, _inputs(flow, [(-3, 3)], "int32", rng) if dtype == "int32" else
+                    {name: {v: np.round(a) for v, a in values.items()}
+                     for name, values in _inputs(flow, [(-3, 3)], dtype, rng).items()},
+                    0, features, exact=True)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
+def test_logic(op_type, features):
+    rng = np.random.default_rng()
+    flow = _binary_flow(op_type, "bool")
+    run_and_compare(flow, _inputs(flow, [(0, 1)], "bool", rng), 0, features, exact=True)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+def test_not_cond_select(features):
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    for size in SIZES:
+        f = myelin.Builder(flow, f"n{size}")
+        c = f.var("c", "bool", [size])
+        x, y = f.var("x", "float32", [size]), f.var("y", "float32", [1])
+        f.logical_not(c, name="not")
+        f.cond(c, x, y, name="cond")
+        f.select(c, x, name="select")
+    inputs = {}
+    for name, func in flow.funcs.items():
+        size = int(name[1:])
+        inputs[name] = {f"{name}/c": rng.random(size) < 0.5,
+                        f"{name}/x": random_array(rng, "float32", (size,)),
+                        f"{name}/y": random_array(rng, "float32", (1,))}
+    run_and_compare(flow, inputs, 0, features, exact=True)
+
+
+@pytest.mark.parametrize("features", ["host", "sse"])
+@pytest.mark.parametrize("pair", [("float32", "int32"), ("int32", "float32"),
+                                  ("float32", "float64"), ("float64", "float32"),
+                                  ("int32", "int64"), ("float32", "bool"), ("bool", "float32")])
+def test_cast(pair, features):
+    source, target = pair
+    rng = np.random.default_rng()
+    flow = _unary_flow("Cast", source, {"dtype": target})
+    run_and_compare(flow, _inputs(flow, [(-100, 100)], source, rng), 1e-7, features)
+
+
+def test_gelu_tanh_approximation():
+    rng = np.random.default_rng()
+    flow = _unary_flow("Gelu", "float32", {"approximate": "tanh"})
+    run_and_compare(flow, _inputs(flow, [(-6, 6)], "float32", rng), 3e-6)
+
+
+def test_chain_of_ops_reuses_memory():
+    """A chain of element-wise ops computes correctly while the planner shares buffers."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [1000])
+    y = f.sigmoid(f.mul(f.tanh(f.add(f.exp(f.neg(x)), 1.0)), x), name="y")
+    rng = np.random.default_rng()
+    net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", (1000,))}}, 3e-6)
+    cell = net.cell("f")
+    assert cell.instance_size < cell.unshared_size
+    assert y.name in cell

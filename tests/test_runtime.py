@@ -1,0 +1,177 @@
+"""The runtime API: networks, cells, instances, tensor views, errors, and threads."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import myelin
+
+
+def guide_flow(rng):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    W = f.array("W", rng.random((64, 256)).astype(np.float32))
+    b = f.array("b", rng.random(256).astype(np.float32))
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
+    return flow, x, y, W, b
+
+
+def numpy_guide(xv, W, b):
+    z = np.maximum(xv.astype(np.float64) @ W.data + b.data, 0)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_guide_example_verbatim():
+    """The guide's "Putting it all together", with `import myelin` for the sling imports."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    W = f.array("W", np.random.rand(64, 256).astype(np.float32))
+    b = f.array("b", np.random.rand(256).astype(np.float32))
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
+    compiler = myelin.Compiler()
+    net = compiler.compile(flow)
+    cell = net.cell("f")
+    data = cell.instance()
+    xdata = data[x]
+    for i in range(64):
+        xdata[0, i] = 5
+    data.compute()
+    ydata = data[y]
+    result = np.asarray(ydata)
+    expected = myelin.reference.run(flow, "f", {x: np.full((1, 64), 5, np.float32)})[y.name]
+    # Logits near 160 carry float32 rounding of ~2e-5, which exp turns into relative error.
+    np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-7)
+    assert abs(result.sum() - 1) < 1e-5
+    assert np.asarray(ydata).argmax() == expected.argmax()
+
+
+def test_tensor_views_are_zero_copy_and_writeable():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    view = np.asarray(data[x])
+    view[...] = 0.25
+    assert data[x][0, 3] == 0.25
+    data[x][0, 5] = 2.0
+    assert view[0, 5] == 2.0
+    tensor = data[y]
+    assert tensor.name() == "f/y" and tensor.rank() == 2 and tensor.shape() == [1, 256]
+    assert tensor.type() == "float32"
+    data.compute()
+    out = np.asarray(tensor)
+    np.testing.assert_allclose(out, numpy_guide(view, W, b), rtol=1e-5, atol=1e-7)
+
+
+def test_lookup_by_name_index_and_variable():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    cell = myelin.Compiler().compile(flow).cell("f")
+    data = cell.instance()
+    index = cell.index("f/x")
+    assert cell.index(x) == index
+    data[index] = np.ones((1, 64), np.float32)
+    assert np.asarray(data["f/x"]).sum() == 64
+    assert "f/x" in cell and "f/nothing" not in cell
+    with pytest.raises(myelin.InputError, match="no tensor"):
+        data["f/nothing"]
+    with pytest.raises(myelin.InputError):
+        data[1000]
+
+
+def test_set_input_checks_dtype_and_shape():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    with pytest.raises(myelin.InputError, match="shape"):
+        data[x] = np.zeros((2, 64), np.float32)
+    with pytest.raises(myelin.InputError, match="float32"):
+        data[x] = np.zeros((1, 64), np.complex64)
+    data[x] = np.zeros((1, 64), np.float64)  # same-kind conversion is allowed
+
+
+def test_clear_zeroes_the_instance():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    data[x] = np.ones((1, 64), np.float32)
+    data.compute()
+    data.clear()
+    assert not np.asarray(data[x]).any() and not np.asarray(data[y]).any()
+
+
+def test_network_globals():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    net = myelin.Compiler().compile(flow)
+    np.testing.assert_array_equal(np.asarray(net[W]), W.data)
+    assert net.tensor("f/b").shape() == [256]
+    with pytest.raises(myelin.InputError):
+        net["f/none"]
+    with pytest.raises(myelin.InputError, match="no cell"):
+        net.cell("g")
+
+
+def test_cell_layout_dump():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    cell = myelin.Compiler().compile(flow).cell("f")
+    text = str(cell)
+    assert text.startswith("cell f {  // size ")
+    assert "input var f/x: float32[1x64]" in text
+    assert "const f/W: float32[64x256]" in text
+    assert "= MatMul[" in text and "(f/x, f/W)" in text
+    assert "f/y = MulExpr[" in text
+    assert cell.instance_size < cell.unshared_size
+    for spec in cell.tensors:
+        assert spec.offset % spec.alignment == 0 or spec.view_of is not None
+
+
+def test_threads_compute_concurrently_with_same_results():
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    cell = myelin.Compiler().compile(flow).cell("f")
+    rng = np.random.default_rng()
+    inputs = [rng.random((1, 64)).astype(np.float32) for _ in range(2)]
+    serial = []
+    for value in inputs:
+        data = cell.instance()
+        data[x] = value
+        data.compute()
+        serial.append(np.asarray(data[y]).copy())
+    results = [None, None]
+
+    def work(k):
+        data = cell.instance()
+        data[x] = inputs[k]
+        out = np.asarray(data[y])
+        for _ in range(10000):
+            data.compute()
+            if not np.array_equal(out, serial[k]):
+                results[k] = "mismatch"
+                return
+        results[k] = out.copy()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(2):
+        assert not isinstance(results[k], str)
+        np.testing.assert_array_equal(results[k], serial[k])
+
+
+def test_unsupported_ops_are_listed_at_once():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [4])
+    f.op("Frobnicate", [x])
+    f.op("Twiddle", [f.exp(x)])
+    with pytest.raises(myelin.UnsupportedOpError) as info:
+        myelin.Compiler().compile(flow)
+    assert len(info.value.ops) == 2
+    assert "Frobnicate" in str(info.value) and "Twiddle" in str(info.value)
+
+
+def test_feature_presets_select_isa():
+    assert myelin.Compiler(features="sse").target.vector_bytes == 16
+    assert myelin.Compiler(features="avx").target.isa() == "AVX"
+    with pytest.raises(myelin.MyelinError):
+        myelin.Compiler(features="bogus")  # neither a preset nor +/- items
