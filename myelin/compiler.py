@@ -1,8 +1,9 @@
 """The compiler driver: a flow in, a :class:`~myelin.runtime.Network` of native cells out.
 
-``Compiler().compile(flow)`` infers inputs and outputs, orders every function's ops, picks a
-kernel for each op, plans each cell's instance memory, places the globals, emits one LLVM
-function per cell and compiles them all in one module for the host CPU.
+``Compiler().compile(flow)`` infers inputs and outputs, optimizes a copy of the flow with the
+pass pipeline (:mod:`myelin.optimize`), orders every function's ops, picks a kernel for each
+op, plans each cell's instance memory, places the globals, emits one LLVM function per cell and
+compiles them all in one module for the host CPU.
 """
 
 import itertools
@@ -10,7 +11,8 @@ import time
 
 import llvmlite.ir as ir
 
-from myelin.codegen.llvm import engine, kernels
+from myelin import optimize
+from myelin.codegen.llvm import elementwise, engine, kernels
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
@@ -29,23 +31,43 @@ class Compiler:
 
     ``features`` restricts the CPU features used (a preset such as "sse", "avx", "avx2",
     "noavx512", or "+feat,-feat" items; default: all of the host's, or $MYELIN_CPU_FEATURES).
+    ``opt_level`` (0 to 3, default 3) chooses the graph passes (see :mod:`myelin.optimize`);
+    ``disable_passes`` names passes to skip, ``dump_flow`` prints the flow after each pass and
+    ``debug`` verifies it after each pass.
     ``reuse_memory`` lets locals share instance space when their live ranges do not overlap.
     ``dump`` keeps the optimized LLVM IR and assembly (``net.dumps``).
     """
 
-    def __init__(self, features=None, opt_level=3, reuse_memory=True, alignment=64, dump=False):
+    def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
+                 alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None):
         self.target = targets.host(features)
         self.opt_level = opt_level
         self.reuse_memory = reuse_memory
         self.alignment = alignment
         self.dump = dump
+        self.disable_passes = tuple(disable_passes)
+        self.dump_flow = dump_flow
+        self.debug = debug
         self.timings = {}
+        self.report = None
 
     def compile(self, flow):
-        """Compile every function of ``flow`` into a cell; returns a Network."""
+        """Compile every function of ``flow`` into a cell; returns a Network.
+
+        ``flow`` itself is left as built (only its IN/OUT flags are inferred); the network's
+        ``flow`` is the optimized copy, and ``compiler.report`` lists the passes run.
+        """
         start = time.perf_counter()
         flow.infer_inputs_and_outputs()
         flow.verify()
+        flow = flow.copy()
+        self.report = optimize.optimize(flow, self.opt_level, self.disable_passes,
+                                        self.dump_flow, self.debug,
+                                        fusable=elementwise.supported)
+        flow.verify()
+        self.timings["optimize"] = time.perf_counter() - start
+
+        start = time.perf_counter()
         globals_ = {}
         planned = [self._plan_function(flow, func, globals_) for func in flow.funcs.values()]
         self._check_supported(planned)
@@ -63,7 +85,7 @@ class Compiler:
         self.timings["emit"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        code = engine.compile_module(module, self.target, self.opt_level, self.dump)
+        code = engine.compile_module(module, self.target, dump=self.dump)
         self.timings["llvm"] = time.perf_counter() - start
 
         cells = []

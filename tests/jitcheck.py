@@ -51,13 +51,14 @@ def relative_error(actual, expected):
     return diff / norm if norm > 0 else diff
 
 
-def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False):
+def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False, **options):
     """Compile ``flow``, run each function with its inputs, compare outputs with the reference.
 
-    ``inputs_by_func`` maps a function name to {variable: array}. Raises AssertionError with
-    the function, output and error on a mismatch. Returns the compiled network.
+    ``inputs_by_func`` maps a function name to {variable: array}; ``options`` go to the
+    Compiler. Raises AssertionError with the function, output and error on a mismatch. Returns
+    the compiled network.
     """
-    net = myelin.Compiler(features=features).compile(flow)
+    net = myelin.Compiler(features=features, **options).compile(flow)
     for func_name, inputs in inputs_by_func.items():
         cell = net.cell(func_name)
         data = cell.instance()

@@ -9,7 +9,7 @@ import myelin
 from jitcheck import PRESETS, random_array, run_and_compare
 
 DIMS = [1, 2, 3, 5, 8, 16, 17, 33, 64]
-TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+TOLERANCE = {"float32": 3e-5, "float64": 1e-12}   # norm-wise; random data can cancel
 
 
 def _flow(dtype, transpose_a, transpose_b, shapes):

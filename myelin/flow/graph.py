@@ -443,6 +443,39 @@ class Flow:
         from myelin.flow.verify import check
         check(self)
 
+    def copy(self):
+        """A structural copy of the flow that shares the constant arrays (``data``) with it.
+
+        The compiler optimizes a copy, so the caller's flow stays as it was built. Passes
+        replace constant data with new arrays; they never write into a shared one.
+        """
+        other = Flow()
+        other.flags, other.batch_size = self.flags, self.batch_size
+        vars_ = {}
+        for name, var in self.vars.items():
+            copy = other.var(name, var.dtype, var.shape)
+            copy.data, copy.flags = var.data, var.flags
+            copy.attrs.update(var.attrs)
+            for alias in var.aliases:
+                other.add_alias(copy, alias)
+            vars_[id(var)] = copy
+        for fname, func in self.funcs.items():
+            other.func(fname).flags = func.flags
+        for name, op in self.ops.items():
+            func = other.funcs[op.func.name] if op.func is not None else None
+            copy = other.op(name, op.type, func, [vars_[id(v)] for v in op.inputs],
+                            [vars_[id(v)] for v in op.outputs], op.attrs)
+            copy.flags = op.flags
+        for fname, func in self.funcs.items():   # keep each function's op order
+            other.funcs[fname].ops = [other.ops[op.name] for op in func.ops]
+        for name, cnx in self.cnxs.items():
+            other.cnx(name, [vars_[id(v)] for v in cnx.links]).flags = cnx.flags
+        for name, blob in self.blobs.items():
+            copy = other.blob(name, blob.type)
+            copy.data, copy.flags = blob.data, blob.flags
+            copy.attrs.update(blob.attrs)
+        return other
+
     # Flow files (myelin.flow.fileformat).
     @_class_or_instance_method
     def load(cls, self, source):

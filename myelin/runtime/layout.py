@@ -3,7 +3,7 @@
 The format follows the Myelin guide: a header with the instance size, one line per instance
 tensor (offset, size, alignment; tensors sharing space are printed as ``union`` under the
 tensor whose space they use), the globals the cell reads, then ``out = Kernel[variant](in)``
-for each step.
+for each step, with a fused op's recipe as a comment.
 """
 
 
@@ -50,6 +50,8 @@ def describe(cell):
         kernel = step.kernel.kernel_name(step)
         variant = f"[{step.variant}]" if step.variant else ""
         note = "  // view, no code" if step.noop else ""
+        if "expr" in step.attrs:
+            note = f"  // {step.attrs['expr']}"      # a fused op's recipe
         lhs = f"{outputs} = " if outputs else ""
         lines.append(f"  {lhs}{kernel}{variant}({inputs}){note}")
     lines.append("}")

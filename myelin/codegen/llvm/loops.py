@@ -112,6 +112,7 @@ def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
     ``lanes`` elements) and returns one value per output, of the same width, in each output's
     compute type. The body is emitted once: the last, partial vector of a row is computed in
     small stack buffers that the loop's final iteration reads and writes instead of the tensor.
+    The unused lanes of the input buffers hold ones, so no lane divides by zero.
     """
     operands = list(inputs) + list(outputs)
     shape, strides = collapse(tuple(shape), [op.strides for op in operands])
@@ -139,6 +140,12 @@ def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
                     buffer.align = width * op.itemsize
                     buffer.type = irutil.PTR  # llvmlite types allocas; the module is opaque
                     buffers[id(op)] = buffer
+            for op in inputs:
+                if id(op) in buffers:
+                    one = irutil.const(irutil.storage_type(op.dtype), 1)
+                    for k in range(tail, width):
+                        builder.store(one, irutil.element_ptr(builder, buffers[id(op)],
+                                                              op.dtype, k))
 
     def row(pointers):
         values_in = {}

@@ -3,6 +3,7 @@
 from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
+from myelin.codegen.llvm.kernels.fused import CalculateKernel
 from myelin.codegen.llvm.kernels.matmul import MatMulKernel
 from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, ConcatKernel,
                                                   GatherKernel, ShapeKernel, SliceKernel,
@@ -13,6 +14,8 @@ _ELEMENTWISE = ElementwiseKernel()
 _VIEW = ViewKernel()
 _LIBRARY = {
     "MatMul": [MatMulKernel()],
+    "FusedMatMul": [MatMulKernel()],
+    "Calculate": [CalculateKernel()],
     "Transpose": [TransposeKernel()],
     "Concat": [ConcatKernel()],
     "Split": [SplitKernel()],

@@ -5,9 +5,14 @@ With B in row-major order (not transposed) the kernel computes register tiles of
 tile column and multiplied by A[i, k] splatted over the lanes, so every loaded element is used
 ``ROWS`` times. With B transposed, each C element is a dot product of two rows contiguous in k,
 computed in vectors with a horizontal sum.
+
+``FusedMatMul`` is the same product with an element-wise epilogue: where a result (a vector
+of ``lanes`` columns or a scalar) is stored, the epilogue recipe is applied to it first, with
+its extra inputs loaded at the same batch, row and columns through their broadcast strides.
 """
 
 from myelin.codegen.llvm import irutil, loops, mathlib
+from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import Kernel
 from myelin.codegen.llvm.kernels.reduction import horizontal
 from myelin.flow import dtypes
@@ -27,24 +32,39 @@ def _madd(b, x, y, acc):
 
 
 class MatMulKernel(Kernel):
-    """``MatMul`` with attributes ``transpose_a``/``transpose_b`` and batch broadcasting."""
+    """``MatMul`` with attributes ``transpose_a``/``transpose_b`` and batch broadcasting, and
+    ``FusedMatMul`` (the same with an epilogue)."""
 
     name = "MatMul"
 
     def supports(self, step, target):
         a, b = step.inputs[:2]
-        return (step.type == "MatMul" and len(step.inputs) == 2 and len(a.shape) >= 2
-                and len(b.shape) >= 2 and a.dtype == b.dtype == step.outputs[0].dtype
-                and a.dtype in ("float32", "float64", "int32", "int64"))
+        if not (len(a.shape) >= 2 and len(b.shape) >= 2
+                and a.dtype == b.dtype == step.outputs[0].dtype
+                and a.dtype in ("float32", "float64", "int32", "int64")):
+            return False
+        if step.type == "FusedMatMul":
+            return fused.epilogue(step) is not None
+        return step.type == "MatMul" and len(step.inputs) == 2
+
+    def kernel_name(self, step):
+        return step.type
 
     def variant(self, step, target):
         layout = "T" if step.attrs.get_bool("transpose_b", False) else "N"
         return f"{target.isa()}{layout}"
 
+    def inplace(self, step):
+        # An epilogue reads each extra input element just before it writes the same position.
+        c = step.outputs[0]
+        return [i for i, t in enumerate(step.inputs) if i >= 2
+                and t.shape == c.shape and t.itemsize == c.itemsize]
+
     def flops(self, step):
         a, c = step.inputs[0], step.outputs[0]
         k = a.shape[-2] if step.attrs.get_bool("transpose_a", False) else a.shape[-1]
-        return 2 * c.elements * k
+        parts = len(fused.epilogue(step).parts) if step.type == "FusedMatMul" else 0
+        return (2 * k + parts) * c.elements
 
     def emit(self, ctx, step):
         a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
@@ -54,7 +74,12 @@ class MatMulKernel(Kernel):
         k = a.shape[-2] if trans_a else a.shape[-1]
         batch = c.shape[:-2]
         operands = [ctx.operand(t, self._batch_strides(t, batch)) for t in (a, b, c)]
-        geometry = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, dtype=c.dtype)
+        # Extra epilogue inputs: batch strides for the loops, (row, column) strides for loads.
+        extra_strides = [loops.broadcast_strides(x.shape, c.shape) for x in step.inputs[2:]]
+        operands += [ctx.operand(x, s[:-2]) for x, s in zip(step.inputs[2:], extra_strides)]
+        geometry = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, dtype=c.dtype,
+                        epilogue=fused.epilogue(step) if step.type == "FusedMatMul" else None,
+                        extra_strides=[s[-2:] for s in extra_strides])
 
         def product(pointers):
             if trans_b:
@@ -69,6 +94,28 @@ class MatMulKernel(Kernel):
         """Element strides of ``tensor``'s matrices over the output's batch dimensions."""
         matrix = tensor.shape[-2] * tensor.shape[-1]
         return tuple(s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], batch))
+
+    @staticmethod
+    def _store(ctx, pointers, g, value, row, column):
+        """Store ``value`` at C[row, column:column + lanes], through the epilogue if any."""
+        b = ctx.builder
+        dtype = g["dtype"]
+        itemsize = dtypes.itemsize(dtype)
+        if g["epilogue"] is not None:
+            lanes = irutil.width_of(value)
+            extras = []
+            for ptr, (row_stride, column_stride) in zip(pointers[3:], g["extra_strides"]):
+                # Broadcast strides of a dense tensor are 0 or 1 along the columns.
+                index = b.add(b.mul(row, irutil.i64(row_stride)),
+                              b.mul(column, irutil.i64(column_stride)))
+                at = irutil.element_ptr(b, ptr, dtype, index)
+                if column_stride == 0:
+                    extras.append(irutil.splat(b, irutil.load(b, at, dtype, 1, itemsize), lanes))
+                else:
+                    extras.append(irutil.load(b, at, dtype, lanes, itemsize))
+            (value,) = g["epilogue"].evaluate(b, [value] + extras)
+        index = b.add(b.mul(row, irutil.i64(g["n"])), column)
+        irutil.store(b, value, irutil.element_ptr(b, pointers[2], dtype, index), dtype, itemsize)
 
     # B row-major: register tiles of C.
     def _emit_tiles(self, ctx, pointers, g):
@@ -101,7 +148,7 @@ class MatMulKernel(Kernel):
 
     def _tile(self, ctx, pointers, g, i0, j0, rows, vectors, lanes):
         b = ctx.builder
-        a_ptr, b_ptr, c_ptr = pointers
+        a_ptr, b_ptr = pointers[:2]
         k, n, m, dtype = g["k"], g["n"], g["m"], g["dtype"]
         acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
         zero = irutil.const(acc_type, 0)
@@ -129,14 +176,12 @@ class MatMulKernel(Kernel):
         for r in range(rows):
             for v in range(vectors):
                 column = b.add(j0, irutil.i64(v * lanes))
-                index = b.add(b.mul(rows_at[r], irutil.i64(n)), column)
-                irutil.store(b, loop.results[r * vectors + v],
-                             irutil.element_ptr(b, c_ptr, dtype, index), dtype, itemsize)
+                self._store(ctx, pointers, g, loop.results[r * vectors + v], rows_at[r], column)
 
     # B transposed: dot products of rows.
     def _emit_dots(self, ctx, pointers, g):
         b = ctx.builder
-        a_ptr, b_ptr, c_ptr = pointers
+        a_ptr, b_ptr = pointers[:2]
         m, n, k, dtype = g["m"], g["n"], g["k"], g["dtype"]
         itemsize = dtypes.itemsize(dtype)
         lanes = loops.lanes(ctx.target, dtype)
@@ -173,6 +218,4 @@ class MatMulKernel(Kernel):
                                         dtype, 1, itemsize)
                         loop.set_next([_madd(b, x, y, loop.values[0])])
                     total = loop.results[0]
-                index = b.add(b.mul(i, irutil.i64(n)), j)
-                irutil.store(b, total, irutil.element_ptr(b, c_ptr, dtype, index), dtype,
-                             itemsize)
+                self._store(ctx, pointers, g, total, i, j)

@@ -1,0 +1,247 @@
+"""Operator fusion: groups of ops become one fused op, so their values stay in registers.
+
+The rules follow NNVM's OpFusion, by the fusion kind of each op in the registry:
+
+1. Element-wise and broadcast ops of one element type join their producers' group when the
+   value passes at the group's shape (its *domain*), or when a smaller group's only result is
+   broadcast into the consumer (it is then recomputed per element; loop-invariant code motion
+   hoists it out of the inner loop). A merge that would make a cycle through an outside op is
+   refused.
+2. A ``MatMul`` whose only consumer is a one-output element-wise group of the product's shape
+   absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual add, ...).
+3. A reduction over the last axis of a group's domain joins the group as a trailing reduction
+   (as in Myelin's ``@0=Exp(Sub(%0,%1));@1=Sum(@0)``).
+
+Each group of two or more ops becomes a ``Calculate`` op (or ``FusedMatMul``) whose ``expr``
+recipe (:mod:`myelin.ops.recipe`) lists what it computes; the output variables keep their
+names.
+"""
+
+from myelin.ops import recipe as recipes
+from myelin.ops import registry
+from myelin.ops.reduction import reduced_axes
+from myelin.ops.registry import Kind
+
+TRAILING_REDUCTIONS = frozenset({"Sum", "Max", "Min", "Mean", "Product"})
+_FUSED_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16",
+                          "float32", "float64"})
+
+
+class Group:
+    """Ops fused into one kernel, in topological order."""
+
+    def __init__(self, op):
+        self.ops = [op]
+        self.domain = op.outputs[0].shape
+        self.dtype = op.outputs[0].dtype
+        self.matmul = None
+        self.reduction_attrs = None   # (axis, keepdims) shared by the trailing reductions
+
+    def members(self):
+        return set(map(id, self.ops + ([self.matmul] if self.matmul else [])))
+
+    def external_outputs(self):
+        """Member outputs read outside the group or returned by the function."""
+        members = self.members()
+        return [v for op in self.ops for v in op.outputs
+                if v.is_output or any(id(c) not in members for c in v.consumers)]
+
+
+def _elementwise(op, ctx):
+    """True if ``op`` may be part of a fused element-wise group."""
+    opdef = registry.find(op.type)
+    if opdef is None or opdef.kind not in (Kind.ELEMWISE, Kind.BROADCAST):
+        return False
+    if len(op.outputs) != 1 or not _default_attributes(op, opdef):
+        return False
+    out = op.outputs[0]
+    if out.dtype not in _FUSED_TYPES or out.is_input or out.is_global or out.ref:
+        return False
+    if any(v.dtype != out.dtype or v.ref for v in op.inputs) or not op.inputs:
+        return False
+    return ctx.fusable is None or ctx.fusable(op.type)
+
+
+def _default_attributes(op, opdef):
+    """True if every attribute of ``op`` has its default value (a recipe part has none)."""
+    return all(key in ("input", "output") or
+               (key in opdef.attrs and registry.attribute(op, key) == opdef.attrs[key])
+               for key in op.attrs)
+
+
+def _reaches(starts, targets, blocked):
+    """True if an op in ``targets`` is reachable from the consumers of ``starts``' outputs
+    through ops not in ``blocked`` (a path leaving the group and coming back)."""
+    stack = [c for op in starts for v in op.outputs for c in v.consumers if id(c) not in blocked]
+    seen = set()
+    while stack:
+        op = stack.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        for consumer in (c for v in op.outputs for c in v.consumers):
+            if id(consumer) in targets:
+                return True
+            if id(consumer) not in blocked:
+                stack.append(consumer)
+    return False
+
+
+def _broadcasts_to(shape, domain):
+    if len(shape) > len(domain):
+        return False
+    return all(s in (1, d) for s, d in zip(shape[::-1], domain[::-1]))
+
+
+def _form_elementwise_groups(order, ctx):
+    group_of = {}
+    for op in order:
+        if not _elementwise(op, ctx):
+            continue
+        group = Group(op)
+        group_of[id(op)] = group
+        for var in op.inputs:
+            producer = var.producer
+            other = group_of.get(id(producer)) if producer is not None else None
+            if other is None or other is group or other.dtype != group.dtype:
+                continue
+            if other.domain == group.domain:
+                pass
+            elif not (_broadcasts_to(other.domain, group.domain) and not var.is_output
+                      and other.external_outputs() == [var]
+                      and all(c is op for c in var.consumers)):
+                continue
+            members = group.members() | other.members()
+            if (_reaches(other.ops, group.members(), members)
+                    or _reaches(group.ops, other.members(), members)):
+                continue
+            group.ops = sorted(other.ops + group.ops, key=order.index)
+            for member in other.ops:
+                group_of[id(member)] = group
+    return group_of
+
+
+def _absorb_epilogues(order, group_of):
+    for op in order:
+        if op.type != "MatMul" or len(op.outputs) != 1:
+            continue
+        product = op.outputs[0]
+        if product.is_output or len(product.consumers) != 1:
+            continue
+        group = group_of.get(id(product.consumers[0]))
+        if (group is None or group.matmul is not None or group.domain != product.shape
+                or group.dtype != product.dtype or len(group.external_outputs()) != 1):
+            continue
+        group.matmul = op
+        group_of[id(op)] = group
+
+
+def _add_trailing_reductions(order, group_of):
+    for op in order:
+        if op.type not in TRAILING_REDUCTIONS or len(op.inputs) != 1 or id(op) in group_of:
+            continue
+        source, out = op.inputs[0], op.outputs[0]
+        group = group_of.get(id(source.producer)) if source.producer is not None else None
+        if group is None or group.matmul is not None or source.shape != group.domain:
+            continue
+        rank = len(group.domain)
+        if rank == 0 or out.dtype != group.dtype or out.is_input or out.ref:
+            continue
+        if tuple(reduced_axes(op, rank)) != (rank - 1,):
+            continue
+        attrs = (rank - 1, op.attrs.get_bool("keepdims", False))
+        if group.reduction_attrs not in (None, attrs):
+            continue
+        if _reaches([op], group.members(), group.members()):
+            continue
+        group.ops.append(op)
+        group.reduction_attrs = attrs
+        group_of[id(op)] = group
+
+
+def _recipe(group, inputs):
+    """The recipe of ``group`` and its output variables; ``inputs`` is filled with the
+    variables read from outside, in order of first use (for FusedMatMul, after the product)."""
+    outputs = group.external_outputs()
+    uses = {}
+    for op in group.ops:
+        for var in op.inputs:
+            uses[id(var)] = uses.get(id(var), 0) + 1
+    refs, assignments = {}, []
+    if group.matmul is not None:
+        refs[id(group.matmul.outputs[0])] = recipes.Ref("%", 0)
+        inputs.append(None)     # the product is %0
+    temporaries = 0
+
+    def operand(var):
+        """The value of ``var`` in the recipe: a reference or an inlined expression."""
+        if id(var) not in refs:
+            refs[id(var)] = recipes.Ref("%", len(inputs))
+            inputs.append(var)
+        return refs[id(var)]
+
+    for op in group.ops:
+        expr = recipes.Call(op.type, tuple(operand(v) for v in op.inputs))
+        var = op.outputs[0]
+        if var in outputs:
+            target = recipes.Ref("@", outputs.index(var))
+        elif uses.get(id(var), 0) > 1:
+            target = recipes.Ref("$", temporaries)
+            temporaries += 1
+        else:
+            refs[id(var)] = expr         # used once: inlined into its consumer
+            continue
+        assignments.append((target, expr))
+        refs[id(var)] = target
+    return recipes.Recipe(tuple(assignments)), outputs
+
+
+def _rewrite(flow, func, group):
+    inputs = []
+    recipe, outputs = _recipe(group, inputs)
+    members = group.ops + ([group.matmul] if group.matmul else [])
+    if group.matmul is not None:
+        matmul = group.matmul
+        inputs = matmul.inputs[:2] + inputs[1:]
+        attrs = {k: v for k, v in matmul.attrs.items() if k in ("transpose_a", "transpose_b")}
+        op_type, base = "FusedMatMul", matmul.name
+    else:
+        attrs = {}
+        if group.reduction_attrs is not None:
+            attrs = {"axis": group.reduction_attrs[0], "keepdims": group.reduction_attrs[1]}
+        op_type, base = "Calculate", f"{func.name}/Calculate"
+    attrs["expr"] = str(recipe)
+    position = func.ops.index(members[0])
+    for op in members:
+        flow.delete_op(op)
+    internal = {id(v) for op in members for v in op.outputs} - set(map(id, outputs))
+    name = flow.unique_op_name(base)
+    fused = flow.op(name, op_type, None, inputs, outputs, attrs)
+    fused.func = func
+    func.ops.insert(position, fused)
+    for var in list(flow.vars.values()):
+        if id(var) in internal and var.producer is None and not var.consumers:
+            flow.delete_var(var)
+    return fused
+
+
+def fuse(flow, ctx):
+    """Fuse ops in every function of ``flow``; returns True if any group was formed."""
+    changed = False
+    for func in flow.funcs.values():
+        order = flow.order(func)
+        group_of = _form_elementwise_groups(order, ctx)
+        _absorb_epilogues(order, group_of)
+        _add_trailing_reductions(order, group_of)
+        groups = list({id(g): g for g in group_of.values()}.values())
+        for group in groups:
+            if len(group.ops) + (group.matmul is not None) < 2:
+                continue
+            group.ops.sort(key=order.index)
+            fused = _rewrite(flow, func, group)
+            ctx.log(f"fused {len(group.ops) + (group.matmul is not None)} ops into "
+                    f"{fused.name}: {fused.attrs['expr']}")
+            changed = True
+        if changed:
+            func.ops = flow.order(func)
+    return changed

@@ -1,0 +1,101 @@
+"""Inference-mode rewrites: batch normalization and dropout lowered, scales folded into weights.
+
+:func:`simplify_inference` turns ``BatchNormalization`` with constant parameters into
+``Add(Mul(x, s), t)`` with ``s = scale / sqrt(var + epsilon)`` and ``t = B - mean * s``
+shaped to broadcast over axis 1, and removes ``Dropout``. :func:`fold_scale_axis` multiplies
+a constant per-output-channel (or scalar) ``Mul`` that follows a ``MatMul`` into the MatMul's
+constant weight, so that only a bias ``Add`` (if any) stays behind the product.
+"""
+
+import numpy as np
+
+from myelin.flow import dtypes
+from myelin.ops import registry
+from myelin.optimize.cleanup import forward, pinned
+
+
+def _fixed(var):
+    """True for a constant that cannot change (not a learnable parameter)."""
+    return var.constant and not var.learnable
+
+
+def _constant(flow, name, array, dtype):
+    """A new constant named after ``name`` holding ``array`` converted to type ``dtype``."""
+    return flow.var(flow.unique_var_name(name), data=np.asarray(array, dtypes.to_numpy(dtype)))
+
+
+def _lower_batch_norm(flow, op):
+    """Replace a BatchNormalization with constant parameters by a Mul and an Add."""
+    x, *params = op.inputs
+    if not all(map(_fixed, params)):
+        return False
+    scale, bias, mean, var = (registry.as_float64(p.data).reshape(-1) for p in params)
+    factor = scale / np.sqrt(var + registry.attribute(op, "epsilon"))
+    per_channel = (-1,) + (1,) * (x.rank - 2)
+    factor_var = _constant(flow, f"{op.name}/scale", factor.reshape(per_channel), x.dtype)
+    shift_var = _constant(flow, f"{op.name}/shift", (bias - mean * factor).reshape(per_channel),
+                          x.dtype)
+    func, out = op.func, op.outputs[0]
+    flow.delete_op(op)
+    mul = flow.op(flow.unique_op_name(f"{op.name}/Mul"), "Mul", func, [x, factor_var])
+    (scaled,) = registry.infer(mul)
+    mul.add_output(flow.var(flow.unique_var_name(f"{mul.name}:0"), scaled.dtype, scaled.shape))
+    flow.op(flow.unique_op_name(f"{op.name}/Add"), "Add", func, [mul.outputs[0], shift_var],
+            [out])
+    return True
+
+
+_LOWERINGS = {"BatchNormalization": _lower_batch_norm,
+              "Dropout": lambda flow, op: forward(flow, op, [op.inputs[0]])}
+
+
+def simplify_inference(flow, ctx):
+    """Lower BatchNormalization and Dropout for inference; returns True if the flow changed."""
+    changed = False
+    for func in flow.funcs.values():
+        for op in flow.order(func):
+            lower = _LOWERINGS.get(op.type)
+            if lower is not None and lower(flow, op):
+                ctx.log(f"simplify_inference: lowered {op.name} ({op.type})")
+                changed = True
+    return changed
+
+
+def _scaled_product(op):
+    """(MatMul, product, scale) if Mul ``op`` scales the only use of a MatMul's product, that
+    has a constant weight, by a constant scalar or per-output-channel vector; else None."""
+    out = op.outputs[0]
+    for position in (0, 1):
+        product, scale = op.inputs[position], op.inputs[1 - position]
+        matmul = product.producer
+        if (matmul is None or matmul.type != "MatMul" or matmul.func is not op.func
+                or pinned(product) or product.consumers != [op] or not _fixed(scale)
+                or (out.dtype, out.shape) != (product.dtype, product.shape)
+                or any(d != 1 for d in scale.shape[:-1])):
+            continue
+        a, weight = matmul.inputs
+        if _fixed(weight) and a is not weight:
+            return matmul, product, scale
+    return None
+
+
+def fold_scale_axis(flow, ctx):
+    """Fold constant scales after MatMuls into their weights; returns True if any folded."""
+    changed = False
+    for func in flow.funcs.values():
+        for op in flow.order(func):
+            found = _scaled_product(op) if op.type == "Mul" else None
+            if found is None:
+                continue
+            matmul, product, scale = found
+            weight = matmul.inputs[1]
+            factor = registry.as_float64(scale.data).reshape(-1)
+            if registry.attribute(matmul, "transpose_b"):
+                factor = factor.reshape(-1, 1)
+            scaled = _constant(flow, f"{weight.name}/scaled",
+                               registry.as_float64(weight.data) * factor, weight.dtype)
+            matmul.replace_input(weight, scaled)
+            forward(flow, op, [product])
+            ctx.log(f"fold_scale_axis: folded {op.name} into the weight of {matmul.name}")
+            changed = True
+    return changed

@@ -1,0 +1,2 @@
+"""Shared test set-up: this folder is on sys.path, so tests in sub-folders import ``jitcheck``
+and ``randomgraphs``."""

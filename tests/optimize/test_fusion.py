@@ -1,0 +1,165 @@
+"""Operator fusion: the groups it forms, kernel counts of representative graphs after
+compilation, and the compiled results against the reference interpreter."""
+
+import numpy as np
+import pytest
+
+import myelin
+from myelin import reference
+from myelin.ops import recipe
+from myelin.optimize import Context, fusion
+
+from jitcheck import relative_error
+
+
+def guide_flow(rng):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    W = f.array("W", rng.random((64, 256)).astype(np.float32))
+    b = f.array("b", rng.random(256).astype(np.float32))
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
+    flow.infer_inputs_and_outputs()
+    return flow
+
+
+def fused(flow):
+    flow = flow.copy()
+    assert fusion.fuse(flow, Context())
+    flow.verify()
+    return flow
+
+
+def types_and_recipes(flow, func="f"):
+    return [(op.type, op.attrs.get("expr")) for op in flow.funcs[func].ops]
+
+
+def compile_and_check(flow, inputs, tolerance=2e-5):
+    """Compile at the default level, compare every output with the reference on ``flow``."""
+    net = myelin.Compiler().compile(flow)
+    for name, values in inputs.items():
+        data = net.cell(name).instance()
+        for key, value in values.items():
+            data[key] = value
+        data.compute()
+        for out, want in reference.run(flow, name, values).items():
+            assert relative_error(np.asarray(data[out]), want) < tolerance, out
+    return net
+
+
+def test_guide_example_fuses_like_myelin():
+    flow = fused(guide_flow(np.random.default_rng()))
+    assert types_and_recipes(flow) == [
+        ("FusedMatMul", "@0=Relu(Add(%0,%1))"),
+        ("Max", None),
+        ("Calculate", "@0=Exp(Sub(%0,%1));@1=Sum(@0)"),
+        ("Calculate", "@0=Mul(%1,Reciprocal(%0))"),
+    ]
+    assert "f/y" in flow.vars and flow.vars["f/y"].producer.type == "Calculate"
+    assert "expr = @0=Exp(Sub(%0,%1));@1=Sum(@0)" in str(flow)
+    assert "Exp(Sub(%0,%1))" in flow.to_dot("f")
+
+
+def test_guide_example_compiles_to_four_steps():
+    rng = np.random.default_rng()
+    flow = guide_flow(rng)
+    net = compile_and_check(flow, {"f": {"f/x": rng.random((1, 64), dtype=np.float32)}})
+    cell = net.cell("f")
+    assert len(cell.steps) == 4
+    text = str(cell)
+    assert "f/y = Calculate" in text and "FusedMatMul" in text
+    assert "// @0=Exp(Sub(%0,%1));@1=Sum(@0)" in text
+
+
+def test_cycles_through_outside_ops_are_refused():
+    # Sub reads Exp directly and through a Sum over axis 0 (not a trailing reduction, so the
+    # Sum stays outside): fusing Sub with Exp would make a cycle through the Sum.
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    e = f.exp(f.var("x", "float32", [4, 6]))
+    f.sub(e, f.sum(e, axis=0, keepdims=True), name="y")
+    flow.infer_inputs_and_outputs()
+    copy = flow.copy()
+    assert not fusion.fuse(copy, Context())
+    assert [op.type for op in copy.funcs["f"].ops] == ["Exp", "Sum", "Sub"]
+
+
+def test_intermediate_outputs_stay_outputs():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [3, 5])
+    h = f.tanh(x, name="h")
+    f.mul(h, h, name="y")
+    flow.vars["f/h"].is_output = True
+    flow.infer_inputs_and_outputs()
+    out = fused(flow)
+    (op,) = out.funcs["f"].ops
+    assert op.type == "Calculate" and [v.name for v in op.outputs] == ["f/h", "f/y"]
+    assert recipe.parse(op.attrs["expr"]).outputs == 2
+
+
+def test_broadcast_scalar_subgroup_is_inlined():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [4, 8])
+    scale = f.op("Reciprocal", [f.sum(x, axis=-1, keepdims=True)])   # [4x1]
+    f.mul(f.exp(x), scale, name="y")
+    flow.infer_inputs_and_outputs()
+    ops = types_and_recipes(fused(flow))
+    assert ("Calculate", "@0=Mul(Exp(%1),Reciprocal(%0))") in ops
+
+
+def mlp(rng, batch=8):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [batch, 32])
+    h = x
+    for width in (64, 64, 10):
+        w = f.array(f"w{width}_{h.shape[1]}", rng.standard_normal((h.shape[1], width),
+                                                                  dtype=np.float32) * 0.2)
+        b = f.array(f"b{width}_{h.shape[1]}", rng.standard_normal(width, dtype=np.float32))
+        h = f.add(f.matmul(h, w), b)
+        if width != 10:
+            h = f.relu(h)
+    f.softmax(h, name="y")
+    return flow, {"f": {"f/x": rng.standard_normal((batch, 32), dtype=np.float32)}}
+
+
+def layer_norm_gelu(rng, rows=6, width=48):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [rows, width])
+    gamma = f.array("gamma", rng.standard_normal(width, dtype=np.float32))
+    beta = f.array("beta", rng.standard_normal(width, dtype=np.float32))
+    mean = f.mean(x, axis=-1, keepdims=True)
+    centered = f.sub(x, mean)
+    variance = f.mean(f.square(centered), axis=-1, keepdims=True)
+    normed = f.mul(centered, f.rsqrt(f.add(variance, 1e-5)))
+    f.gelu(f.add(f.mul(normed, gamma), beta), name="y")
+    return flow, {"f": {"f/x": rng.standard_normal((rows, width), dtype=np.float32)}}
+
+
+def attention(rng, tokens=7, width=16):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    q = f.var("q", "float32", [tokens, width])
+    k = f.var("k", "float32", [tokens, width])
+    v = f.var("v", "float32", [tokens, width])
+    scores = f.mul(f.matmul(q, k, transpose_b=True), 1 / np.sqrt(width))
+    f.matmul(f.softmax(scores), v, name="y")
+    inputs = {name: rng.standard_normal((tokens, width), dtype=np.float32) for name in "qkv"}
+    return flow, {"f": {f"f/{name}": value for name, value in inputs.items()}}
+
+
+@pytest.mark.parametrize("build, steps", [
+    (mlp, 3 + 3),               # 3 fused matmuls; softmax: Max, Exp/Sub/Sum, Mul/Reciprocal
+    (layer_norm_gelu, 3),       # mean; sub+square+mean; rsqrt+normalize+affine+gelu
+    (attention, 5),             # matmul*scale; max; exp/sum; mul; matmul
+])
+def test_kernel_counts(build, steps):
+    rng = np.random.default_rng()
+    flow, inputs = build(rng)
+    unfused = myelin.Compiler(opt_level=0).compile(flow)
+    net = compile_and_check(flow, inputs, tolerance=5e-5)
+    assert len(net.cell("f").steps) == steps, str(net.cell("f"))
+    assert len(unfused.cell("f").steps) > steps
