@@ -1,6 +1,9 @@
-"""Fusion: a chain of 10 element-wise ops on a 4M-element float32 tensor compiled at opt level
+"""Fusion: chains of 10 element-wise ops on a 4M-element float32 tensor compiled at opt level
 0 (one kernel per op) and at the default level (one fused kernel), and a LayerNorm+GELU block,
-against NumPy and ONNX Runtime in the same run.
+against NumPy and ONNX Runtime (its default threads, and one thread) in the same run.
+
+Two chains: arithmetic ops only (memory-bound: fusion saves nine passes over memory), and one
+with Tanh and Sigmoid (their polynomials make it compute-bound). myelin runs on one thread.
 
 Run: ``python benchmarks/fusion.py``.
 """
@@ -15,39 +18,46 @@ from common import compare  # noqa: E402
 
 import myelin  # noqa: E402
 
-# (op, constant operand or None): the same chain in myelin, ONNX and NumPy.
-CHAIN = [("Mul", 0.5), ("Add", 1.0), ("Tanh", None), ("Mul", 2.0), ("Relu", None),
-         ("Sub", 0.25), ("Abs", None), ("Sigmoid", None), ("Add", 0.1), ("Neg", None)]
+# (op, constant operand or None): the same chains in myelin, ONNX and NumPy.
+CHAINS = {
+    "arithmetic": [("Mul", 0.5), ("Add", 1.0), ("Max", 0.0), ("Mul", 2.0), ("Sub", 0.25),
+                   ("Abs", None), ("Min", 3.0), ("Add", 0.1), ("Mul", 0.7), ("Neg", None)],
+    "with Tanh and Sigmoid": [("Mul", 0.5), ("Add", 1.0), ("Tanh", None), ("Mul", 2.0),
+                              ("Relu", None), ("Sub", 0.25), ("Abs", None), ("Sigmoid", None),
+                              ("Add", 0.1), ("Neg", None)],
+}
+MYELIN = {"Max": "Maximum", "Min": "Minimum"}       # ONNX names that differ
 NUMPY = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Tanh": np.tanh,
-         "Relu": lambda x: np.maximum(x, 0), "Abs": np.abs,
-         "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Neg": np.negative}
+         "Relu": lambda x: np.maximum(x, 0), "Abs": np.abs, "Max": np.maximum,
+         "Min": np.minimum, "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Neg": np.negative}
 
 
-def chain_flow(shape):
+def chain_flow(chain, shape):
     flow = myelin.Flow()
     f = myelin.Builder(flow, "chain")
     value = f.var("x", "float32", shape)
-    for op, constant in CHAIN:
+    for op, constant in chain:
+        op = MYELIN.get(op, op)
         value = f.op(op, [value] if constant is None else [value, np.float32(constant)])
     f.rename(value, "y")
     return flow
 
 
-def chain_numpy(x):
-    for op, constant in CHAIN:
+def chain_numpy(chain, x):
+    for op, constant in chain:
         x = NUMPY[op](x) if constant is None else NUMPY[op](x, np.float32(constant))
     return x
 
 
-def chain_onnx(shape):
+def chain_onnx(chain, shape):
     from onnx import TensorProto, helper, numpy_helper
     nodes, inits, name = [], [], "x"
-    for i, (op, constant) in enumerate(CHAIN):
+    for i, (op, constant) in enumerate(chain):
         inputs = [name]
         if constant is not None:
             inits.append(numpy_helper.from_array(np.array(constant, np.float32), f"c{i}"))
             inputs.append(f"c{i}")
-        name = "y" if i == len(CHAIN) - 1 else f"t{i}"
+        name = "y" if i == len(chain) - 1 else f"t{i}"
         nodes.append(helper.make_node(op, inputs, [name]))
     graph = helper.make_graph(nodes, "chain",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
@@ -86,14 +96,20 @@ def layer_norm_gelu_onnx(rows, width, gamma, beta):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
-def onnx_runner(model, feed):
+def onnx_runners(model, feed):
+    """ONNX Runtime with its default thread pool and with one thread ({} if not installed)."""
     try:
         import onnxruntime
     except ImportError:
-        return None
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, feed)
+        return {}
+    runners = {}
+    for label, threads in (("onnxruntime", 0), ("onnxruntime 1t", 1)):
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        runners[label] = lambda session=session: session.run(None, feed)
+    return runners
 
 
 def compiled(flow, func, x, level=None):
@@ -103,18 +119,17 @@ def compiled(flow, func, x, level=None):
     return data
 
 
-def bench_chain(elements=1 << 22):
+def bench_chain(name, chain, elements=1 << 22):
     shape = [elements // 1024, 1024]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    flow = chain_flow(shape)
+    flow = chain_flow(chain, shape)
     fused, unfused = compiled(flow, "chain", x), compiled(flow, "chain", x, level=0)
     fused.compute()
-    assert np.allclose(np.asarray(fused["chain/y"]), chain_numpy(x), rtol=1e-5, atol=1e-6)
+    assert np.allclose(np.asarray(fused["chain/y"]), chain_numpy(chain, x), rtol=1e-5, atol=1e-6)
     contenders = {"myelin": fused.compute, "myelin -O0": unfused.compute,
-                  "onnxruntime": onnx_runner(chain_onnx(shape), {"x": x}),
-                  "numpy": lambda: chain_numpy(x)}
-    return compare(f"10 element-wise ops on float32[{shape[0]}x{shape[1]}] (4M elements)",
-                   contenders)
+                  **onnx_runners(chain_onnx(chain, shape), {"x": x}),
+                  "numpy": lambda: chain_numpy(chain, x)}
+    return compare(f"10 element-wise ops ({name}) on float32[{shape[0]}x{shape[1]}]", contenders)
 
 
 def bench_layer_norm_gelu(rows=128, width=768):
@@ -129,14 +144,14 @@ def bench_layer_norm_gelu(rows=128, width=768):
     expected = myelin.reference.run(flow, "block", {"block/x": x})["block/y"]
     assert np.allclose(np.asarray(fused["block/y"]), expected, rtol=1e-4, atol=1e-5)
     contenders = {"myelin": fused.compute, "myelin -O0": unfused.compute,
-                  "onnxruntime": onnx_runner(layer_norm_gelu_onnx(rows, width, gamma, beta),
-                                             {"x": x}),
+                  **onnx_runners(layer_norm_gelu_onnx(rows, width, gamma, beta), {"x": x}),
                   "numpy": lambda: layer_norm_gelu_numpy(x, gamma, beta)}
     return compare(f"LayerNorm + GELU on float32[{rows}x{width}]", contenders)
 
 
 def main():
-    bench_chain()
+    for name, chain in CHAINS.items():
+        bench_chain(name, chain)
     bench_layer_norm_gelu()
 
 
