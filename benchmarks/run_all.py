@@ -5,6 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import fusion  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
 
@@ -12,6 +13,7 @@ import threads  # noqa: E402
 def main():
     guide_example.main()
     threads.main()
+    fusion.main()
 
 
 if __name__ == "__main__":
