@@ -24,12 +24,16 @@ from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_s
                                  register)
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 
 def _gelu(op, x):
+    """x Phi(x), written without the cancellation of 1 + erf (or 1 + tanh) for negative x."""
     if attribute(op, "approximate") == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        with np.errstate(over="ignore"):
+            return x / (1 + np.exp(-2 * u))
+    return 0.5 * x * _erfc(-x / math.sqrt(2))
 
 
 def _cast(op, x):
