@@ -32,7 +32,6 @@ def build():
 def onnx_session(weights, bias):
     """The same model as an ONNX graph, in an ONNX Runtime session (None if not installed)."""
     try:
-        import onnx
         import onnxruntime
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:

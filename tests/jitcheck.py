@@ -77,3 +77,14 @@ def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=Fals
             assert error <= tolerance, (f"{func_name}: output {name} relative error {error:.3g} "
                                         f"> {tolerance:g} [{features}]\n got {got}\n want {want}")
     return net
+
+
+def guide_flow(rng):
+    """The Myelin guide's example, y = softmax(relu(x W + b)); returns (flow, x, y, W, b)."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    W = f.array("W", rng.random((64, 256)).astype(np.float32))
+    b = f.array("b", rng.random(256).astype(np.float32))
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
+    return flow, x, y, W, b

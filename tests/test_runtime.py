@@ -6,16 +6,7 @@ import numpy as np
 import pytest
 
 import myelin
-
-
-def guide_flow(rng):
-    flow = myelin.Flow()
-    f = myelin.Builder(flow, "f")
-    W = f.array("W", rng.random((64, 256)).astype(np.float32))
-    b = f.array("b", rng.random(256).astype(np.float32))
-    x = f.var("x", myelin.DT_FLOAT, [1, 64])
-    y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
-    return flow, x, y, W, b
+from jitcheck import guide_flow
 
 
 def numpy_guide(xv, W, b):

@@ -20,6 +20,8 @@ from myelin.ops.common import error
 from myelin.ops.registry import Kind, OpDef, TensorType, lookup, register
 
 _REDUCTION_ATTRS = ("axis", "keepdims")
+# The reductions a Calculate recipe may end with.
+TRAILING_REDUCTIONS = frozenset({"Sum", "Max", "Min", "Mean", "Product"})
 
 
 class ValueType:

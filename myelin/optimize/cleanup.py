@@ -59,6 +59,19 @@ def forward(flow, op, sources):
     return True
 
 
+def apply_rules(flow, ctx, rules, pass_name):
+    """Call ``rules[op.type](flow, op)`` for every op of every function, in order; a rule
+    returns True when it rewrote the op. Returns True if any rule did."""
+    changed = False
+    for func in flow.funcs.values():
+        for op in flow.order(func):
+            rule = rules.get(op.type)
+            if rule is not None and rule(flow, op):
+                ctx.log(f"{pass_name}: rewrote {op.name} ({op.type})")
+                changed = True
+    return changed
+
+
 def _live_ops(func):
     """The ops of ``func`` that are stateful, write a pinned variable, or feed a live op (or
     an op of another function)."""

@@ -19,10 +19,10 @@ names.
 
 from myelin.ops import recipe as recipes
 from myelin.ops import registry
+from myelin.ops.fused import TRAILING_REDUCTIONS
 from myelin.ops.reduction import reduced_axes
 from myelin.ops.registry import Kind
 
-TRAILING_REDUCTIONS = frozenset({"Sum", "Max", "Min", "Mean", "Product"})
 _FUSED_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16",
                           "float32", "float64"})
 

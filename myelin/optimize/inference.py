@@ -11,7 +11,7 @@ import numpy as np
 
 from myelin.flow import dtypes
 from myelin.ops import registry
-from myelin.optimize.cleanup import forward, pinned
+from myelin.optimize.cleanup import apply_rules, forward, pinned
 
 
 def _fixed(var):
@@ -51,14 +51,7 @@ _LOWERINGS = {"BatchNormalization": _lower_batch_norm,
 
 def simplify_inference(flow, ctx):
     """Lower BatchNormalization and Dropout for inference; returns True if the flow changed."""
-    changed = False
-    for func in flow.funcs.values():
-        for op in flow.order(func):
-            lower = _LOWERINGS.get(op.type)
-            if lower is not None and lower(flow, op):
-                ctx.log(f"simplify_inference: lowered {op.name} ({op.type})")
-                changed = True
-    return changed
+    return apply_rules(flow, ctx, _LOWERINGS, "simplify_inference")
 
 
 def _scaled_product(op):

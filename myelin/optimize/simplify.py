@@ -15,7 +15,7 @@ import numpy as np
 
 from myelin.errors import ShapeError
 from myelin.flow import dtypes
-from myelin.optimize.cleanup import forward
+from myelin.optimize.cleanup import apply_rules, forward
 
 # op type -> (value of the constant that leaves the other operand unchanged, its positions)
 _NEUTRAL = {"Mul": (1, (0, 1)), "Add": (0, (0, 1)), "Sub": (0, (1,)), "Div": (1, (1,))}
@@ -104,11 +104,4 @@ _RULES = {"Identity": lambda flow, op: forward(flow, op, [op.inputs[0]]),
 
 def simplify_algebra(flow, ctx):
     """Apply the rules above to every op; returns True if the flow changed."""
-    changed = False
-    for func in flow.funcs.values():
-        for op in flow.order(func):
-            rule = _RULES.get(op.type)
-            if rule is not None and rule(flow, op):
-                ctx.log(f"simplify_algebra: rewrote {op.name} ({op.type})")
-                changed = True
-    return changed
+    return apply_rules(flow, ctx, _RULES, "simplify_algebra")

@@ -6,8 +6,6 @@ defined by its registry entry, and this table says how to express them in LLVM I
 Transcendental functions come from :mod:`mathlib` (vectorizable polynomials, no libm calls).
 """
 
-import llvmlite.ir as ir
-
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.errors import CompileError
 

@@ -144,38 +144,9 @@ def convert(builder, value, from_dtype, to_dtype):
     return builder.trunc(value, target_v)
 
 
-@contextlib.contextmanager
-def for_range(builder, start, stop, step=1, name="i"):
-    """Emit ``for (i = start; i < stop; i += step)`` and yield ``i`` (an i64) inside the body.
-
-    ``start`` and ``stop`` are ints or i64 values; the loop is skipped when start >= stop.
-    """
-    start = i64(start) if isinstance(start, int) else start
-    stop = i64(stop) if isinstance(stop, int) else stop
-    before = builder.block
-    header = builder.append_basic_block(f"{name}.head")
-    body = builder.append_basic_block(f"{name}.body")
-    after = builder.append_basic_block(f"{name}.end")
-    builder.branch(header)
-    builder.position_at_end(header)
-    index = builder.phi(I64, name=name)
-    index.add_incoming(start, before)
-    builder.cbranch(builder.icmp_signed("<", index, stop), body, after)
-    builder.position_at_end(body)
-    yield index
-    following = builder.add(index, i64(step), name=f"{name}.next")
-    index.add_incoming(following, builder.block)
-    builder.branch(header)
-    builder.position_at_end(after)
-
-
-@contextlib.contextmanager
-def accumulating_loop(builder, start, stop, initial, step=1, name="k"):
-    """A counted loop carrying values: yields (index, current values, set_next) in the body.
-
-    The body must call ``set_next(values)`` once with the next values; after the block the
-    final values are available as ``loop.results`` on the yielded handle.
-    """
+def _open_loop(builder, start, stop, initial, name):
+    """Emit a loop header with an i64 index from ``start`` and phis for ``initial`` values;
+    leaves the builder in the body. Returns (index, carried phis, entry block, exit block)."""
     start = i64(start) if isinstance(start, int) else start
     stop = i64(stop) if isinstance(stop, int) else stop
     before = builder.block
@@ -193,16 +164,42 @@ def accumulating_loop(builder, start, stop, initial, step=1, name="k"):
         carried.append(phi)
     builder.cbranch(builder.icmp_signed("<", index, stop), body, after)
     builder.position_at_end(body)
+    return index, carried, after
+
+
+def _close_loop(builder, index, step, carried, next_values, after, name):
+    """Step the index, feed ``next_values`` back into the phis and continue after the loop."""
+    latch = builder.block
+    index.add_incoming(builder.add(index, i64(step), name=f"{name}.next"), latch)
+    for phi, value in zip(carried, next_values):
+        phi.add_incoming(value, latch)
+    builder.branch(index.parent)
+    builder.position_at_end(after)
+
+
+@contextlib.contextmanager
+def for_range(builder, start, stop, step=1, name="i"):
+    """Emit ``for (i = start; i < stop; i += step)`` and yield ``i`` (an i64) inside the body.
+
+    ``start`` and ``stop`` are ints or i64 values; the loop is skipped when start >= stop.
+    """
+    index, _, after = _open_loop(builder, start, stop, [], name)
+    yield index
+    _close_loop(builder, index, step, [], [], after, name)
+
+
+@contextlib.contextmanager
+def accumulating_loop(builder, start, stop, initial, step=1, name="k"):
+    """A counted loop carrying values: yields a handle with ``index`` and the current
+    ``values``; the body must call ``set_next(values)`` once, and after the block the final
+    values are ``handle.results``.
+    """
+    index, carried, after = _open_loop(builder, start, stop, initial, name)
     handle = _LoopHandle(index, carried)
     yield handle
     if handle.next is None:
         raise CompileError("accumulating loop body did not set its next values")
-    latch = builder.block
-    index.add_incoming(builder.add(index, i64(step)), latch)
-    for phi, value in zip(carried, handle.next):
-        phi.add_incoming(value, latch)
-    builder.branch(header)
-    builder.position_at_end(after)
+    _close_loop(builder, index, step, carried, handle.next, after, name)
     handle.results = carried
 
 

@@ -14,41 +14,16 @@ import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.reduction import horizontal
+from myelin.codegen.llvm.kernels.reduction import combiner, horizontal, identity
 from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
-from myelin.flow.attributes import Attributes
 from myelin.ops import recipe as recipes
 from myelin.ops import registry
-from myelin.ops.fused import RecipePart, ValueType
+from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType
 from myelin.ops.reduction import reduced_axes
 
-# Each trailing reduction folds values with an element-wise op (NaN-propagating Max and Min).
-REDUCTIONS = {"Sum": "Add", "Mean": "Add", "Product": "Mul", "Max": "Maximum", "Min": "Minimum"}
 DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64")
-
-
-def _combiner(op_type, dtype):
-    """``combine(builder, x, y)`` folding two partial results of reduction ``op_type``."""
-    def combine(builder, x, y):
-        return elementwise.emit(builder, REDUCTIONS[op_type], [x, y], [dtype, dtype], dtype,
-                                Attributes())
-    return combine
-
-
-def _identity(op_type, dtype):
-    """The value a reduction starts from (all bits set: the largest unsigned integer)."""
-    if op_type == "Product":
-        return 1
-    if op_type in ("Sum", "Mean"):
-        return 0
-    if dtype.startswith("float"):
-        return float("-inf") if op_type == "Max" else float("inf")
-    if dtype.startswith("uint"):
-        return 0 if op_type == "Max" else -1
-    info = np.iinfo(dtype)
-    return int(info.min if op_type == "Max" else info.max)
 
 
 def is_reduction(expr):
@@ -195,7 +170,7 @@ def _plan(step):
         if is_reduction(expr):
             argument = expr.args[0]
             part = typed.parts[expr]
-            if (target.kind != "@" or target in read or expr.op not in REDUCTIONS
+            if (target.kind != "@" or target in read or expr.op not in TRAILING_REDUCTIONS
                     or not typed.elementwise_only(argument)
                     or typed.types[argument].shape != domain or not domain
                     or reduced_axes(part, len(domain)) != (len(domain) - 1,)
@@ -267,8 +242,8 @@ class CalculateKernel(Kernel):
             width = 1 << (n.bit_length() - 1)   # a narrower vector still helps
         vector_end = n - n % width if width > 1 else 0
         reductions = sorted(plan.reductions.items())
-        combines = [_combiner(op, dtype) for _, op in reductions]
-        identities = [_identity(op, dtype) for _, op in reductions]
+        combines = [combiner(op, dtype) for _, op in reductions]
+        identities = [identity(op, dtype) for _, op in reductions]
 
         def row(pointers):
             in_ptrs, out_ptrs = pointers[:len(inputs)], pointers[len(inputs):]

@@ -7,40 +7,39 @@ horizontally and combined once per row. Mean divides by the count at the end.
 """
 
 import llvmlite.ir as ir
+import numpy as np
 
-from myelin.codegen.llvm import irutil, loops
+from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.flow.attributes import Attributes
 
 
-def _combine(op_type):
-    def combine(b, x, y):
-        if op_type in ("Sum", "Count", "Mean"):
-            return b.fadd(x, y) if irutil.is_float(x.type) else b.add(x, y)
-        if op_type == "Product":
-            return b.fmul(x, y) if irutil.is_float(x.type) else b.mul(x, y)
-        if op_type == "All":
-            return b.and_(x, y)
-        if op_type == "Any":
-            return b.or_(x, y)
-        greater = op_type == "Max"
-        if irutil.is_float(x.type):
-            pick = b.fcmp_unordered(">" if greater else "<", x, y)
-        else:
-            pick = b.icmp_signed(">" if greater else "<", x, y)
-        return b.select(pick, x, y)
+# Each reduction folds values with an op of the element-wise lowering table, so Max and Min
+# propagate NaN like NumPy and compare unsigned integers as unsigned.
+FOLDS = {"Sum": "Add", "Mean": "Add", "Count": "Add", "Product": "Mul", "Max": "Maximum",
+         "Min": "Minimum", "All": "And", "Any": "Or"}
+
+
+def combiner(op_type, dtype):
+    """``combine(builder, x, y)`` folding two partial results of reduction ``op_type``."""
+    def combine(builder, x, y):
+        return elementwise.emit(builder, FOLDS[op_type], [x, y], [dtype, dtype], dtype,
+                                Attributes())
     return combine
 
 
-def _identity(op_type, dtype):
-    if op_type in ("Sum", "Count", "Mean", "Any"):
-        return 0
+def identity(op_type, dtype):
+    """The value a reduction starts from (all bits set: the largest unsigned integer)."""
     if op_type in ("Product", "All"):
         return 1
+    if op_type in ("Sum", "Mean", "Count", "Any"):
+        return 0
     if dtype.startswith("float"):
         return float("-inf") if op_type == "Max" else float("inf")
-    import numpy as np
-    info = np.iinfo(np.dtype(dtype))
-    return int(info.min) if op_type == "Max" else int(info.max)
+    if dtype.startswith("uint"):
+        return 0 if op_type == "Max" else -1
+    info = np.iinfo(dtype)
+    return int(info.min if op_type == "Max" else info.max)
 
 
 def horizontal(builder, vector, combine):
@@ -96,14 +95,14 @@ class ReductionKernel(Kernel):
         kept_shape = tuple(1 if a in axes else d for a, d in enumerate(source.shape))
         out_strides = tuple(0 if a in axes else s
                             for a, s in enumerate(loops.contiguous_strides(kept_shape)))
-        combine = _combine(step.type)
-        identity = _identity(step.type, out.dtype)
+        combine = combiner(step.type, out.dtype)
+        start = identity(step.type, out.dtype)
         acc_type = irutil.compute_type(out.dtype)
 
         # 1. Output := identity.
         loops.elementwise(b, target, out.shape, [], [ctx.operand(out)],
                           lambda bb, values, lanes: [
-                              irutil.const(irutil.vector_of(acc_type, lanes), identity)])
+                              irutil.const(irutil.vector_of(acc_type, lanes), start)])
 
         # 2. Combine every input element into its output element.
         src = ctx.operand(source)
@@ -123,7 +122,7 @@ class ReductionKernel(Kernel):
             loops.elementwise(b, target, shape, [src_op, acc_op], [acc_op], accumulate)
         else:
             self._emit_inner_reduction(ctx, shape, src, src_strides, dst, dst_strides,
-                                       combine, identity, acc_type, source.dtype, out.dtype)
+                                       combine, start, acc_type, source.dtype, out.dtype)
 
         # 3. Mean: divide by the number of reduced elements.
         if step.type == "Mean":
@@ -139,7 +138,7 @@ class ReductionKernel(Kernel):
             loops.elementwise(b, target, out.shape, [operand], [operand], scale)
 
     def _emit_inner_reduction(self, ctx, shape, src, src_strides, dst, dst_strides, combine,
-                              identity, acc_type, in_dtype, out_dtype):
+                              initial, acc_type, in_dtype, out_dtype):
         b, target = ctx.builder, ctx.target
         inner = shape[-1]
         operands = [loops.Operand(src.ptr, src.dtype, src_strides, src.align),
@@ -153,7 +152,7 @@ class ReductionKernel(Kernel):
             vector_end = inner - inner % width if width > 1 else 0
             total = None
             if vector_end:
-                acc0 = irutil.const(irutil.vector_of(acc_type, width), identity)
+                acc0 = irutil.const(irutil.vector_of(acc_type, width), initial)
                 with irutil.accumulating_loop(b, 0, vector_end, [acc0], width, name="r") as loop:
                     at = irutil.element_ptr(b, src_ptr, in_dtype, loop.index)
                     x = irutil.load(b, at, in_dtype, width, src.itemsize)
@@ -161,7 +160,7 @@ class ReductionKernel(Kernel):
                                            irutil.convert(b, x, in_dtype, out_dtype))])
                 total = horizontal(b, loop.results[0], combine)
             if vector_end < inner:
-                start = total if total is not None else irutil.const(acc_type, identity)
+                start = total if total is not None else irutil.const(acc_type, initial)
                 with irutil.accumulating_loop(b, vector_end, inner, [start], name="t") as loop:
                     at = irutil.element_ptr(b, src_ptr, in_dtype,
                                             b.mul(loop.index, irutil.i64(src_strides[-1])))
