@@ -35,6 +35,10 @@ class UnsupportedOpError(MyelinError, NotImplementedError):
         super().__init__(message)
 
 
+class UnsupportedTypeError(MyelinError, NotImplementedError):
+    """A model uses a data type myelin does not compute with (bfloat16, float8, strings, ...)."""
+
+
 class InputError(MyelinError, ValueError):
     """A value given at run time (an input tensor, a key) does not fit what the cell expects."""
 

@@ -181,3 +181,76 @@ def test_chain_of_ops_reuses_memory():
     cell = net.cell("f")
     assert cell.instance_size < cell.unshared_size
     assert y.name in cell
+
+
+def _cast_flow(source, target, size):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", source, [size])
+    return flow, x, f.op("Cast", [x], attrs={"dtype": target})
+
+
+def _run_cast(source, target, values, features):
+    flow, x, y = _cast_flow(source, target, values.size)
+    data = myelin.Compiler(features=features).compile(flow).cell("f").instance()
+    data[x] = values
+    data.compute()
+    return np.array(data[y])
+
+
+def _assert_same_halves(got, want):
+    """Equal bits, except that NaNs only need to be NaNs of the same sign."""
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.parametrize("features", PRESETS)
+def test_float16_conversions_of_every_half(features):
+    """All 65536 halves to float32 (exact) and back (the identity), under every preset: without
+    F16C the conversions are integer code, with it instructions."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    floats = _run_cast("float16", "float32", halves, features)
+    want = halves.astype(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(floats), nan)
+    np.testing.assert_array_equal(np.signbit(floats), np.signbit(want))
+    np.testing.assert_array_equal(floats[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    _assert_same_halves(_run_cast("float32", "float16", floats, features), halves)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+def test_float16_rounding_of_random_floats(features):
+    """float32 -> float16 rounds to nearest, ties to even, like NumPy: random bit patterns,
+    magnitudes around the half range (subnormals, overflow), and exact ties between halves."""
+    rng = np.random.default_rng()
+    bits = rng.integers(0, 1 << 32, 20011, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    scaled = (rng.choice([-1, 1], 40009) * 2.0 ** rng.uniform(-27, 17, 40009)).astype(np.float32)
+    halves = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float32)
+    ties = np.concatenate([(halves[:-1] + halves[1:]) / 2, -(halves[:-1] + halves[1:]) / 2])
+    edges = np.array([65504, 65519.996, 65520, 65536, 2.0 ** -25, 2.0 ** -24 * 1.5, 2.0 ** -26,
+                      1e-45, -1e-45, np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0], np.float32)
+    values = np.concatenate([bits, scaled, ties.astype(np.float32), edges])
+    with np.errstate(over="ignore"):
+        want = values.astype(np.float16)
+    _assert_same_halves(_run_cast("float32", "float16", values, features), want)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("op_type", ["Add", "Mul", "Div", "Maximum"])
+def test_binary_float16(op_type, features):
+    """float16 is computed in float32 and rounded once to half on the store."""
+    rng = np.random.default_rng()
+    flow = _binary_flow(op_type, "float16")
+    run_and_compare(flow, _inputs(flow, list(BINARY_FLOAT[op_type]), "float16", rng), 1e-3,
+                    features)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("op_type", ["Exp", "Tanh", "Sqrt", "Neg"])
+def test_unary_float16(op_type, features):
+    rng = np.random.default_rng()
+    flow = _unary_flow(op_type, "float16")
+    run_and_compare(flow, _inputs(flow, [UNARY_FLOAT[op_type]], "float16", rng), 1e-3,
+                    features)

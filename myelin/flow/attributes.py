@@ -81,3 +81,18 @@ class Attributes(dict):
             return [int(part) if part.strip() else -1 for part in text.split(separator)]
         except ValueError:
             raise FlowError(f"attribute {name}={value!r} is not a list of integers") from None
+
+    def get_floats(self, name, default=None):
+        """A list of numbers written as "[0.5,1,2e-3]" or "0.5,1"; "[]" is the empty list."""
+        value = self.get(name)
+        if value is None:
+            return default
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        if not text.strip():
+            return []
+        try:
+            return [float(part) for part in text.split(",")]
+        except ValueError:
+            raise FlowError(f"attribute {name}={value!r} is not a list of numbers") from None

@@ -164,7 +164,7 @@ class Builder:
             names = [self._name(name)]
         else:
             base = self._name(name) if name is not None else op.name
-            names = [f"{base}:{i}" for i in range(len(types))]
+            names = [self.flow.unique_var_name(f"{base}:{i}") for i in range(len(types))]
         for out_name, out_type in zip(names, types):
             op.add_output(self.flow.var(out_name, out_type.dtype, out_type.shape))
         return op

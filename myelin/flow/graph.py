@@ -100,7 +100,7 @@ class Variable:
     @property
     def elements(self):
         """Number of elements, counting a dynamic dimension as 1."""
-        return int(np.prod([max(d, 1) for d in self.shape], dtype=np.int64))
+        return int(np.prod([1 if d < 0 else d for d in self.shape], dtype=np.int64))
 
     @property
     def shape_defined(self):

@@ -6,7 +6,11 @@ ops of one concept). Look definitions up with :func:`lookup`/:func:`find`, list 
 :func:`register`.
 """
 
-from myelin.ops import array, elementwise, fused, linalg, nn, reduction, shape, state  # noqa: F401
+from myelin.ops import (array, elementwise, fused, indexing, linalg, nn, reduction,  # noqa: F401
+                        shape, state)
+from myelin.ops import resize  # noqa: F401
+from myelin.ops import conv  # noqa: F401
+from myelin.ops import sampling  # noqa: F401
 from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
                                  check_supported, find, infer, lookup, register, types,
                                  unregister)

@@ -14,6 +14,9 @@ Input conventions follow SLING (shape-like arguments are constant int32 inputs, 
 * ``Gather(params, indices[, oov])``: rows of ``params`` (TF GatherV2 on axis 0), output shape
   ``indices.shape + params.shape[1:]``. An index that is negative or past the last row reads the
   ``oov`` row (shape ``params.shape[1:]``) if given, else is an InputError at run time.
+  Attribute ``axis`` (default 0; ONNX Gather) gathers along another axis: output shape
+  ``params.shape[:axis] + indices.shape + params.shape[axis+1:]``, with the same index rule
+  (negative indices are errors, not counted from the end); ``oov`` needs axis 0.
 * ``GatherSum/GatherAvg/GatherMax(params, indices)``: indices [n] or [batch, n]; each row of
   indices selects rows of ``params`` up to its first negative index and pools them (sum, mean,
   max); an empty selection gives zeros. Output ``[1 or batch] + params.shape[1:]``.
@@ -25,7 +28,7 @@ from myelin.errors import InputError, ShapeError
 from myelin.ops.common import (ANY, FLOAT, INDEX, NUMERIC, check_dtype, common_dtype,
                                constant_int, constant_ints, error, normalize_axis, runtime_ints,
                                shape_fits)
-from myelin.ops.registry import Kind, OpDef, TensorType, register
+from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
 
 
 # Transpose.
@@ -192,6 +195,12 @@ def _check_gather(op, domain):
 def _gather_infer(op):
     _check_gather(op, ANY)
     params, indices = op.inputs[:2]
+    axis = normalize_axis(op, attribute(op, "axis"), params.rank)
+    if axis:
+        if len(op.inputs) == 3:
+            raise error(op, f"an oov input needs axis 0, not axis {axis}")
+        return [TensorType(params.dtype,
+                           params.shape[:axis] + indices.shape + params.shape[axis + 1:])]
     row = params.shape[1:]
     if len(op.inputs) == 3:
         oov = op.inputs[2]
@@ -204,6 +213,15 @@ def _gather_infer(op):
 
 def _gather_reference(op, inputs):
     params, indices = inputs[:2]
+    axis = normalize_axis(op, attribute(op, "axis"), params.ndim)
+    if axis:
+        rows = params.shape[axis]
+        invalid = (indices < 0) | (indices >= rows)
+        if invalid.any():
+            bad = int(indices[invalid].reshape(-1)[0])
+            raise InputError(f"op {op.name} ({op.type}): index {bad} is outside the {rows} "
+                             f"entries of axis {axis} of params")
+        return [np.take(params, indices, axis=axis)]
     rows = params.shape[0]
     invalid = (indices < 0) | (indices >= rows)
     if invalid.any() and len(inputs) < 3:
@@ -261,7 +279,9 @@ def _define_all():
     register(OpDef("Slice", Kind.INJECTIVE, _slice_infer, _slice_reference, inputs=(3, 3),
                    doc="the block of x starting at begin with extent size"))
     register(OpDef("Gather", Kind.INJECTIVE, _gather_infer, _gather_reference, inputs=(2, 3),
-                   doc="rows of params at indices (bad indices read the oov row)"))
+                   attrs={"axis": 0},
+                   doc="rows of params at indices (bad indices read the oov row), or entries "
+                       "along attribute axis"))
     for optype, pool, domain, doc in [
             ("GatherSum", np.sum, NUMERIC, "sum of the rows of params selected by indices"),
             ("GatherAvg", np.mean, FLOAT, "mean of the rows of params selected by indices"),

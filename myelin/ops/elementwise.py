@@ -11,6 +11,16 @@ line per op. Conventions:
   ``Asech``, ``Acsch`` are the inverse functions applied to ``1/x`` (so ``Acot`` has the range
   (-pi/2, pi/2)).
 * Float-only ops (``Exp``, ``Sqrt``, trig, ``Pow``, ...) reject integer inputs with ShapeError.
+* ``Mod`` (ONNX): attribute ``fmod`` 0 gives the remainder with the sign of the divisor
+  (Python's ``%``, ``np.mod``), 1 the remainder with the sign of the dividend (C ``fmod``), for
+  integers and floats alike. A zero divisor gives 0 for integers and NaN for floats; with
+  ``fmod=0`` a zero float remainder takes the divisor's sign and ``x mod ±inf`` is ``x`` or
+  ``±inf`` (``np.mod``).
+* ``BitShift`` (integers): attribute ``direction`` LEFT or RIGHT. LEFT shifts the bits as
+  unsigned (wrapping); RIGHT is logical for unsigned and arithmetic for signed types. A shift
+  amount below 0 or of the bit width or more gives 0, except RIGHT of a negative x, which gives
+  -1. ``BitwiseAnd/Or/Xor/Not`` take integers; ``IsNaN`` and ``IsInf``
+  (attributes ``detect_negative``, ``detect_positive``) take floats and give bool.
 """
 
 import math
@@ -18,8 +28,8 @@ import math
 import numpy as np
 
 from myelin.flow import dtypes
-from myelin.ops.common import (ANY, BOOL, FLOAT, NUMERIC, NUMERIC_OR_BOOL, check_dtype,
-                               common_dtype, error)
+from myelin.ops.common import (ANY, BOOL, FLOAT, INTEGER, NUMERIC, NUMERIC_OR_BOOL,
+                               check_dtype, common_dtype, error)
 from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
                                  register)
 
@@ -97,6 +107,7 @@ _UNARY = [
     ("Acsch", lambda x: np.arcsinh(1 / x), FLOAT, "inverse hyperbolic cosecant, asinh(1/x)"),
     ("Identity", lambda x: x, ANY, "x unchanged"),
     ("Not", np.logical_not, BOOL, "logical not"),
+    ("BitwiseNot", np.invert, INTEGER, "bitwise not"),
 ]
 
 # (op type, function of two arrays, accepted types, output type or None for the input type, doc)
@@ -117,6 +128,9 @@ _BINARY = [
     ("And", np.logical_and, BOOL, None, "logical and"),
     ("Or", np.logical_or, BOOL, None, "logical or"),
     ("Xor", np.logical_xor, BOOL, None, "logical exclusive or"),
+    ("BitwiseAnd", np.bitwise_and, INTEGER, None, "bitwise and"),
+    ("BitwiseOr", np.bitwise_or, INTEGER, None, "bitwise or"),
+    ("BitwiseXor", np.bitwise_xor, INTEGER, None, "bitwise exclusive or"),
 ]
 
 
@@ -159,6 +173,51 @@ def _cast_dtype(op):
     return dtypes.canonical(target)
 
 
+def _mod_infer(op):
+    fmod = attribute(op, "fmod")
+    if fmod not in (0, 1):
+        raise error(op, f"attribute fmod={fmod} must be 0 or 1")
+    return _broadcast_infer(NUMERIC)(op)
+
+
+def _mod(op, x, y):
+    """Remainder with the sign of the divisor (fmod=0) or of the dividend (fmod=1); for
+    integers x % 0 = 0, for floats NaN."""
+    if x.dtype.kind == "f":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.fmod(x, y) if attribute(op, "fmod") else np.mod(x, y)
+    safe = np.where(y == 0, 1, y).astype(y.dtype)
+    result = np.fmod(x, safe) if attribute(op, "fmod") else np.mod(x, safe)
+    return np.where(y == 0, 0, result).astype(x.dtype)
+
+
+def _bitshift_infer(op):
+    direction = attribute(op, "direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise error(op, f"attribute direction={direction!r} must be LEFT or RIGHT")
+    return _broadcast_infer(INTEGER)(op)
+
+
+def _bitshift(op, x, y):
+    """x << y (bits shifted as unsigned) or x >> y (arithmetic for signed x); an amount out of
+    [0, bits) gives 0, or -1 for RIGHT of a negative x."""
+    bits = x.dtype.itemsize * 8
+    x, y = np.broadcast_arrays(x, y)
+    valid = (y >= 0) & (y < bits)
+    unsigned = np.dtype(f"u{x.dtype.itemsize}")
+    amount = np.where(valid, y, 0).astype(unsigned)
+    if attribute(op, "direction") == "LEFT":
+        shifted = np.left_shift(x.view(unsigned), amount).view(x.dtype)
+        return np.where(valid, shifted, 0).astype(x.dtype)
+    shifted = np.right_shift(x, amount.astype(x.dtype))
+    return np.where(valid, shifted, np.where(x < 0, -1, 0)).astype(x.dtype)
+
+
+def _isinf(op, x):
+    return ((np.isposinf(x) & attribute(op, "detect_positive"))
+            | (np.isneginf(x) & attribute(op, "detect_negative")))
+
+
 def _define_all():
     for optype, fn, domain, doc in _UNARY:
         register(OpDef(optype, Kind.ELEMWISE, _unary_infer(domain),
@@ -173,6 +232,19 @@ def _define_all():
     register(OpDef("Cast", Kind.ELEMWISE, _unary_infer(ANY, _cast_dtype),
                    lambda op, inputs: [_cast(op, inputs[0])], attrs={"dtype": None},
                    doc="convert to the type in attribute dtype (floats to ints truncate)"))
+    register(OpDef("Mod", Kind.BROADCAST, _mod_infer,
+                   lambda op, inputs: [_mod(op, *inputs)], attrs={"fmod": 0}, inputs=(2, 2),
+                   doc="remainder: sign of the divisor (fmod=0) or of x (fmod=1)"))
+    register(OpDef("BitShift", Kind.BROADCAST, _bitshift_infer,
+                   lambda op, inputs: [_bitshift(op, *inputs)], attrs={"direction": None},
+                   inputs=(2, 2),
+                   doc="x << y or x >> y (direction LEFT or RIGHT; arithmetic for signed x)"))
+    register(OpDef("IsNaN", Kind.ELEMWISE, _unary_infer(FLOAT, lambda op: "bool"),
+                   lambda op, inputs: [np.isnan(inputs[0])], doc="true where x is NaN"))
+    register(OpDef("IsInf", Kind.ELEMWISE, _unary_infer(FLOAT, lambda op: "bool"),
+                   lambda op, inputs: [_isinf(op, inputs[0])],
+                   attrs={"detect_negative": True, "detect_positive": True},
+                   doc="true where x is +inf (detect_positive) or -inf (detect_negative)"))
     register(OpDef("Cond", Kind.BROADCAST, _broadcast_infer(ANY, conditional=True),
                    lambda op, inputs: [np.where(*inputs)], inputs=(3, 3),
                    doc="where(c, x, y): x where c is true, else y"))

@@ -5,9 +5,10 @@ the end); without it the op reduces over every axis. ``keepdims`` (default false
 axes as size 1. ``Count`` counts true values of a bool tensor; its output type is attribute
 ``dtype`` (default float32). ``Mean`` is float only.
 
-``ArgMax``/``ArgMin`` return int32 indices (the first one on ties). Without ``axis`` they index
-the flattened input and return a scalar (as SLING); with ``axis`` (a single int) they reduce that
-axis, honouring ``keepdims``.
+``ArgMax``/``ArgMin`` return int32 indices (attribute ``dtype``: int32 or int64), the first one
+on ties (the last with ``select_last_index``, as ONNX). Without ``axis`` they index the
+flattened input and return a scalar (as SLING); with ``axis`` (a single int) they reduce that
+axis, honouring ``keepdims`` (ONNX's defaults, axis 0 and keepdims 1, are set by the importer).
 """
 
 import numpy as np
@@ -80,7 +81,10 @@ def _arg_infer(op):
     check_dtype(op, x, NUMERIC)
     axis = _arg_axis(op, x.rank)
     axes = tuple(range(x.rank)) if axis is None else (axis,)
-    return [TensorType("int32", reduced_shape(x.shape, axes, attribute(op, "keepdims")))]
+    dtype = attribute(op, "dtype")
+    if dtype not in ("int32", "int64"):
+        raise error(op, f"attribute dtype={dtype!r} must be int32 or int64")
+    return [TensorType(dtype, reduced_shape(x.shape, axes, attribute(op, "keepdims")))]
 
 
 def _arg_reference(fn):
@@ -88,10 +92,18 @@ def _arg_reference(fn):
         x = inputs[0]
         keepdims = attribute(op, "keepdims")
         axis = _arg_axis(op, x.ndim)
+        dtype = attribute(op, "dtype")
         if axis is None:
-            index = np.asarray(fn(x))
-            return [index.reshape((1,) * x.ndim) if keepdims else index]
-        return [fn(x, axis=axis, keepdims=keepdims)]
+            if attribute(op, "select_last_index"):
+                index = np.asarray(x.size - 1 - fn(x.reshape(-1)[::-1]))
+            else:
+                index = np.asarray(fn(x))
+            return [(index.reshape((1,) * x.ndim) if keepdims else index).astype(dtype)]
+        if attribute(op, "select_last_index"):
+            index = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis, keepdims=keepdims)
+        else:
+            index = fn(x, axis=axis, keepdims=keepdims)
+        return [index.astype(dtype)]
     return reference
 
 
@@ -113,10 +125,13 @@ def _define_all():
     for optype, fn, domain, out_dtype, attrs, doc in _REDUCTIONS:
         register(OpDef(optype, Kind.REDUCTION, _reduction_infer(domain, out_dtype),
                        _reduction_reference(fn), attrs={**_ATTRS, **attrs}, doc=doc))
+    arg_attrs = {**_ATTRS, "select_last_index": False, "dtype": "int32"}
     register(OpDef("ArgMax", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmax),
-                   attrs=dict(_ATTRS), doc="int32 index of the maximum (first on ties)"))
+                   attrs=dict(arg_attrs),
+                   doc="int32 (or int64) index of the maximum (first on ties, or last)"))
     register(OpDef("ArgMin", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmin),
-                   attrs=dict(_ATTRS), doc="int32 index of the minimum (first on ties)"))
+                   attrs=dict(arg_attrs),
+                   doc="int32 (or int64) index of the minimum (first on ties, or last)"))
 
 
 _define_all()

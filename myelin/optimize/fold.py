@@ -39,14 +39,19 @@ def _foldable(op, limit):
                     for var in op.outputs))
 
 
-def _evaluate(op, arguments, ctx):
-    """The output arrays of ``op``, each of its output's type; None if the reference fails or
-    a result is over the size limit."""
+def evaluate(op, limit, log=None):
+    """The output arrays of ``op`` (each of its output's type) if it reads only constants;
+    None if it does not, if the reference fails (reported to ``log``) or if a result is over
+    ``limit`` bytes."""
+    arguments = _arguments(op)
+    if arguments is None:
+        return None
     try:
         with np.errstate(all="ignore"):
             results = registry.lookup(op.type).reference(op, arguments)
     except (MyelinError, ValueError) as exc:
-        ctx.log(f"fold_constants: {op.name} ({op.type}) left to run time: {exc}")
+        if log is not None:
+            log(f"fold_constants: {op.name} ({op.type}) left to run time: {exc}")
         return None
     arrays = []
     for var, value in zip(op.outputs, results, strict=True):
@@ -54,10 +59,18 @@ def _evaluate(op, arguments, ctx):
         if not shape_fits(array.shape, var.shape):
             raise ShapeError(f"op {op.name} ({op.type}): reference gave shape "
                              f"{list(array.shape)} for {var.name}, declared {list(var.shape)}")
-        if array.nbytes > ctx.fold_limit:
+        if array.nbytes > limit:
             return None
         arrays.append(array)
     return arrays
+
+
+def replace_by_constants(flow, op, arrays):
+    """Delete ``op``, making its outputs constants holding ``arrays``."""
+    outputs = list(op.outputs)
+    flow.delete_op(op)
+    for var, array in zip(outputs, arrays):
+        var.data, var.shape = array, array.shape
 
 
 def fold_constants(flow, ctx):
@@ -67,14 +80,10 @@ def fold_constants(flow, ctx):
         for op in flow.order(func):
             if not _foldable(op, ctx.fold_limit):
                 continue
-            arguments = _arguments(op)
-            arrays = None if arguments is None else _evaluate(op, arguments, ctx)
+            arrays = evaluate(op, ctx.fold_limit, ctx.log)
             if arrays is None:
                 continue
-            outputs = list(op.outputs)
-            flow.delete_op(op)
-            for var, array in zip(outputs, arrays):
-                var.data, var.shape = array, array.shape
+            replace_by_constants(flow, op, arrays)
             ctx.log(f"fold_constants: folded {op.name} ({op.type})")
             changed = True
     return changed

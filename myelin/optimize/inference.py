@@ -4,7 +4,9 @@
 ``Add(Mul(x, s), t)`` with ``s = scale / sqrt(var + epsilon)`` and ``t = B - mean * s``
 shaped to broadcast over axis 1, and removes ``Dropout``. :func:`fold_scale_axis` multiplies
 a constant per-output-channel (or scalar) ``Mul`` that follows a ``MatMul`` into the MatMul's
-constant weight, so that only a bias ``Add`` (if any) stays behind the product.
+constant weight, so that only a bias ``Add`` (if any) stays behind the product. Behind a
+``Conv`` whose output has no other use, a constant per-channel ``Mul`` is folded into its
+weight and bias and a per-channel ``Add`` into its bias (a batch normalization disappears).
 """
 
 import numpy as np
@@ -72,11 +74,66 @@ def _scaled_product(op):
     return None
 
 
+def _per_channel(constant, out):
+    """A constant that broadcasts over ``out`` along channel axis 1 only, as one float64 value
+    per channel; None for any other shape."""
+    shape = tuple(constant.shape)
+    if len(shape) > out.rank or out.rank < 2:
+        return None
+    shape = (1,) * (out.rank - len(shape)) + shape
+    if (any(d != 1 for axis, d in enumerate(shape) if axis != 1)
+            or shape[1] not in (1, out.shape[1])):
+        return None
+    return np.broadcast_to(registry.as_float64(constant.data).reshape(-1), (out.shape[1],))
+
+
+def _fold_into_conv(flow, op):
+    """Fold a constant per-channel ``Mul`` (into the weight and bias) or ``Add`` (into the
+    bias) that is the only use of a Conv's output; returns the Conv, or None."""
+    out = op.outputs[0]
+    for position in (0, 1):
+        product, other = op.inputs[position], op.inputs[1 - position]
+        conv = product.producer
+        if (conv is None or conv.type != "Conv" or conv.func is not op.func or pinned(product)
+                or product.consumers != [op] or not _fixed(other)
+                or (out.dtype, out.shape) != (product.dtype, product.shape)):
+            continue
+        factor = _per_channel(other, product)
+        weight = conv.inputs[1]
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        if (factor is None or not _fixed(weight) or weight is conv.inputs[0]
+                or (bias is not None and (not _fixed(bias) or bias in conv.inputs[:2]))):
+            continue
+        old_bias = (registry.as_float64(bias.data).reshape(-1) if bias is not None
+                    else np.zeros(product.shape[1]))
+        new_bias = old_bias + factor
+        if op.type == "Mul":
+            shape = (-1,) + (1,) * (weight.rank - 1)
+            scaled = registry.as_float64(weight.data) * factor.reshape(shape)
+            conv.replace_input(weight, _constant(flow, f"{weight.name}/scaled", scaled,
+                                                 weight.dtype))
+            new_bias = old_bias * factor if bias is not None else None
+        if new_bias is not None:
+            bias_var = _constant(flow, f"{conv.name}/bias", new_bias, product.dtype)
+            if bias is not None:
+                conv.replace_input(bias, bias_var)
+            else:
+                conv.add_input(bias_var)
+        forward(flow, op, [product])
+        return conv
+    return None
+
+
 def fold_scale_axis(flow, ctx):
     """Fold constant scales after MatMuls into their weights; returns True if any folded."""
     changed = False
     for func in flow.funcs.values():
         for op in flow.order(func):
+            conv = _fold_into_conv(flow, op) if op.type in ("Mul", "Add") else None
+            if conv is not None:
+                ctx.log(f"fold_scale_axis: folded {op.name} into the weights of {conv.name}")
+                changed = True
+                continue
             found = _scaled_product(op) if op.type == "Mul" else None
             if found is None:
                 continue

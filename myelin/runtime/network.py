@@ -15,7 +15,7 @@ from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.runtime.memory import aligned_zeros
 
-_CELL_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
 class Tensor:
@@ -211,8 +211,15 @@ class Instance:
         self._views = {}
 
     def compute(self):
-        """Run the cell: one native call (the GIL is released meanwhile)."""
-        self._function(self._address)
+        """Run the cell: one native call (the GIL is released meanwhile).
+
+        Raises InputError if a step found bad input (an index out of range); the outputs of
+        that step and later ones are then unspecified."""
+        status = self._function(self._address)
+        if status:
+            step = self.cell.steps[status - 1]
+            raise InputError(f"op {step.name} ({step.type}): an index is out of range "
+                             f"(found at run time)")
 
     def clear(self):
         """Set every tensor of the instance to zero."""

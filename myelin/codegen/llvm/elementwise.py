@@ -181,6 +181,71 @@ def _pow(b, args, types, attrs):
     return mathlib.pow(b, x, y)
 
 
+def _mod(b, args, types, attrs):
+    """ONNX Mod: the remainder with the sign of the divisor, or of the dividend with ``fmod``=1.
+    For integers a zero divisor gives 0 (and -1 is replaced by 1, whose remainder is also 0, so
+    the overflowing INT_MIN % -1 is never computed). For floats ``fmod``=0 follows ``np.mod``:
+    a nonzero C remainder whose sign differs from y's gets y added (so -3 mod inf is inf), and
+    a zero one takes y's sign; NaN stays NaN."""
+    x, y = args
+    if _is_float(x):
+        remainder = b.frem(x, y)
+        if attrs.get_int("fmod", 0):
+            return remainder
+        zero = _zero(remainder)
+        signs_differ = b.xor(b.fcmp_ordered("<", remainder, zero), b.fcmp_ordered("<", y, zero))
+        adjust = b.and_(b.fcmp_ordered("!=", remainder, zero), signs_differ)
+        adjusted = b.select(adjust, b.fadd(remainder, y), remainder)
+        signed_zero = mathlib.intrinsic(b, "llvm.copysign", [zero, y])
+        return b.select(b.fcmp_ordered("==", remainder, zero), signed_zero, adjusted)
+    zero, one = _zero(y), _one(y)
+    if types[0] in irutil.UNSIGNED:
+        return b.urem(x, b.select(b.icmp_unsigned("==", y, zero), one, y))
+    bad = b.or_(b.icmp_signed("==", y, zero), b.icmp_signed("==", y, irutil.const(y.type, -1)))
+    divisor = b.select(bad, one, y)
+    remainder = b.srem(x, divisor)
+    if attrs.get_int("fmod", 0):
+        return remainder
+    signs_differ = b.xor(b.icmp_signed("<", remainder, zero), b.icmp_signed("<", divisor, zero))
+    adjust = b.and_(b.icmp_signed("!=", remainder, zero), signs_differ)
+    return b.select(adjust, b.add(remainder, divisor), remainder)
+
+
+def _bitshift(b, args, types, attrs):
+    """x << y, or x >> y (logical for unsigned, arithmetic for signed x). An amount out of
+    [0, bits) (one unsigned compare catches negative amounts too) gives 0; for a signed RIGHT
+    shift it becomes bits - 1, which gives -1 for negative x and 0 otherwise."""
+    x, y = args
+    scalar = x.type.element if hasattr(x.type, "element") else x.type
+    zero = _zero(x)
+    large = b.icmp_unsigned(">=", y, irutil.const(y.type, scalar.width))
+    if attrs.get_str("direction", "LEFT") == "RIGHT" and types[0] not in irutil.UNSIGNED:
+        return b.ashr(x, b.select(large, irutil.const(y.type, scalar.width - 1), y))
+    amount = b.select(large, zero, y)
+    left = attrs.get_str("direction", "LEFT") == "LEFT"
+    shifted = b.shl(x, amount) if left else b.lshr(x, amount)
+    return b.select(large, zero, shifted)
+
+
+def _bitwise_not(b, args, types, attrs):
+    (x,) = args
+    return b.xor(x, irutil.const(x.type, -1))
+
+
+def _isnan(b, args, types, attrs):
+    (x,) = args
+    return b.fcmp_unordered("uno", x, x)
+
+
+def _isinf(b, args, types, attrs):
+    (x,) = args
+    result = irutil.const(irutil.vector_of(irutil.I1, irutil.width_of(x)), 0)
+    for attr, value in (("detect_positive", float("inf")), ("detect_negative", float("-inf"))):
+        if attrs.get_bool(attr, True):
+            result = b.or_(result, b.fcmp_ordered("==", x, irutil.const(x.type, value)))
+    return result
+
+
 _TABLE = {
     "Add": _arith("fadd", "add"),
     "Sub": _arith("fsub", "sub"),
@@ -228,6 +293,14 @@ _TABLE = {
     "Cond": _cond,
     "Select": _select,
     "Identity": _identity,
+    "Mod": _mod,
+    "BitShift": _bitshift,
+    "BitwiseAnd": _logic("and_"),
+    "BitwiseOr": _logic("or_"),
+    "BitwiseXor": _logic("xor"),
+    "BitwiseNot": _bitwise_not,
+    "IsNaN": _isnan,
+    "IsInf": _isinf,
 }
 for _name, _function in mathlib.LIBRARY.items():
     _TABLE.setdefault(_name, _float_fn(_function))

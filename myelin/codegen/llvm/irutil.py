@@ -2,7 +2,10 @@
 
 Values in registers use the *compute* type of a dtype (bool is ``i1``, float16 is computed as
 ``float``); in memory they use the *storage* type (bool is one byte, float16 is ``half``).
-``load``/``store`` convert between the two, for scalars and vectors alike.
+``load``/``store`` convert between the two, for scalars and vectors alike. On a target without
+half-precision conversion instructions (x86-64 without F16C) LLVM would lower ``half`` <-> ``float``
+to library calls the JIT cannot resolve, so there the conversions are integer bit manipulation
+(:func:`half_to_float`, :func:`float_to_half`); :func:`set_target` records which on the module.
 """
 
 import contextlib
@@ -14,6 +17,7 @@ from myelin.flow import dtypes
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
@@ -98,10 +102,22 @@ def byte_ptr(builder, base, offset):
     return builder.gep(base, [offset], source_etype=I8)
 
 
+def set_target(module, target):
+    """Record on ``module`` whether ``target`` converts half <-> float in hardware."""
+    module.myelin_soft_half = not target.native_half
+
+
+def _soft_half(builder):
+    return getattr(builder.module, "myelin_soft_half", False)
+
+
 def load(builder, ptr, dtype, width=1, align=None):
     """Load ``width`` elements of ``dtype`` at ``ptr`` and convert them to the compute type."""
     storage = vector_of(storage_type(dtype), width)
-    value = builder.load(ptr, typ=storage, align=align or dtypes.itemsize(dtype))
+    align = align or dtypes.itemsize(dtype)
+    if dtype == "float16" and _soft_half(builder):
+        return half_to_float(builder, builder.load(ptr, typ=vector_of(I16, width), align=align))
+    value = builder.load(ptr, typ=storage, align=align)
     if dtype == "bool":
         return builder.icmp_unsigned("!=", value, const(storage, 0))
     if dtype == "float16":
@@ -115,8 +131,61 @@ def store(builder, value, ptr, dtype, align=None):
     if dtype == "bool":
         value = builder.zext(value, vector_of(I8, width))
     elif dtype == "float16":
-        value = builder.fptrunc(value, vector_of(ir.HalfType(), width))
+        value = (float_to_half(builder, value) if _soft_half(builder)
+                 else builder.fptrunc(value, vector_of(ir.HalfType(), width)))
     builder.store(value, ptr, align=align or dtypes.itemsize(dtype))
+
+
+def half_to_float(builder, bits):
+    """The float values of IEEE half-precision ``bits`` (i16 or a vector of i16), exactly, with
+    integer operations: the exponent is rebiased; infinities and NaNs (quieted) keep the float
+    maximum exponent; subnormals are renormalized by one exact float subtraction."""
+    b, width = builder, width_of(bits)
+    i32, f32 = vector_of(I32, width), vector_of(F32, width)
+    h = b.zext(bits, i32)
+    magnitude = b.shl(b.and_(h, const(i32, 0x7FFF)), const(i32, 13))
+    exponent = b.and_(magnitude, const(i32, 0x7C00 << 13))
+    normal = b.add(magnitude, const(i32, (127 - 15) << 23))
+    special = b.or_(b.add(normal, const(i32, (128 - 16) << 23)),
+                    b.select(b.icmp_unsigned("!=", magnitude, const(i32, 0x7C00 << 13)),
+                             const(i32, 0x400000), const(i32, 0)))
+    # A subnormal m * 2^-24 is (1 + m / 1024) * 2^-14 - 2^-14.
+    renormalized = b.bitcast(b.fsub(b.bitcast(b.add(normal, const(i32, 1 << 23)), f32),
+                                    const(f32, 2.0 ** -14)), i32)
+    result = b.select(b.icmp_unsigned("==", exponent, const(i32, 0x7C00 << 13)), special,
+                      b.select(b.icmp_unsigned("==", exponent, const(i32, 0)), renormalized,
+                               normal))
+    sign = b.shl(b.and_(h, const(i32, 0x8000)), const(i32, 16))
+    return b.bitcast(b.or_(result, sign), f32)
+
+
+def float_to_half(builder, value):
+    """The IEEE half-precision bits (i16, or a vector) nearest ``value`` (float), ties to even,
+    with integer operations: overflow gives infinity, NaN a quiet NaN keeping the payload's top
+    bits, and results below the half normal range are rounded by one float addition that
+    aligns them at the half subnormal spacing (2^-24)."""
+    b, width = builder, width_of(value)
+    i32, f32 = vector_of(I32, width), vector_of(F32, width)
+    bits = b.bitcast(value, i32)
+    magnitude = b.and_(bits, const(i32, 0x7FFFFFFF))
+    # Special: |x| >= 2^16, infinity or NaN (65520 <= |x| < 2^16 overflows to infinity below).
+    nan = b.or_(const(i32, 0x7E00), b.and_(b.lshr(magnitude, const(i32, 13)), const(i32, 0x3FF)))
+    special = b.select(b.icmp_unsigned(">", magnitude, const(i32, 0x7F800000)), nan,
+                       const(i32, 0x7C00))
+    # Below 2^-14 (subnormal or zero half): 0.5 has ulp 2^-24, the half subnormal spacing, so
+    # |x| + 0.5 rounds |x| to a multiple m of it, and m is in the low bits of the sum.
+    magic = (127 - 15 + 23 - 10 + 1) << 23
+    tiny = b.sub(b.bitcast(b.fadd(b.bitcast(magnitude, f32), const(f32, 0.5)), i32),
+                 const(i32, magic))
+    # Normal: rebias the exponent and round the 13 dropped bits to nearest, ties to even.
+    odd = b.and_(b.lshr(magnitude, const(i32, 13)), const(i32, 1))
+    rounded = b.add(b.add(magnitude, const(i32, ((15 - 127) << 23) + 0xFFF)), odd)
+    normal = b.lshr(rounded, const(i32, 13))
+    result = b.select(b.icmp_unsigned(">=", magnitude, const(i32, (127 + 16) << 23)), special,
+                      b.select(b.icmp_unsigned("<", magnitude, const(i32, 113 << 23)), tiny,
+                               normal))
+    sign = b.lshr(b.and_(bits, const(i32, 0x80000000)), const(i32, 16))
+    return b.trunc(b.or_(result, sign), vector_of(I16, width))
 
 
 def convert(builder, value, from_dtype, to_dtype):

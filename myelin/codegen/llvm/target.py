@@ -101,6 +101,12 @@ class Target:
         return "fma" in found or not self.triple.startswith("x86_64")
 
     @property
+    def native_half(self):
+        """True if half <-> float conversions are instructions (F16C on x86-64, AArch64), not
+        library calls."""
+        return "f16c" in self.feature_set or self.triple.startswith(("aarch64", "arm64"))
+
+    @property
     def is_host(self):
         return self.triple == llvm.get_process_triple()
 

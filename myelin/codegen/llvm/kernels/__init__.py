@@ -2,13 +2,18 @@
 
 from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
+from myelin.codegen.llvm.kernels.conv import ConvKernel, ConvTransposeKernel
 from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
 from myelin.codegen.llvm.kernels.fused import CalculateKernel
+from myelin.codegen.llvm.kernels.indexing import KERNELS as _INDEXING_KERNELS
 from myelin.codegen.llvm.kernels.matmul import MatMulKernel
 from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, ConcatKernel,
                                                   GatherKernel, ShapeKernel, SliceKernel,
                                                   SplitKernel, TransposeKernel, ViewKernel)
+from myelin.codegen.llvm.kernels.pool import LRNKernel, PoolKernel
 from myelin.codegen.llvm.kernels.reduction import ReductionKernel
+from myelin.codegen.llvm.kernels.resize import ResizeKernel
+from myelin.codegen.llvm.kernels.sampling import KERNELS as _SAMPLING_KERNELS
 
 _ELEMENTWISE = ElementwiseKernel()
 _VIEW = ViewKernel()
@@ -27,9 +32,17 @@ _LIBRARY = {
     "Size": [ShapeKernel()],
     "Rank": [ShapeKernel()],
     "Assign": [AssignKernel()],
+    "Resize": [ResizeKernel()],
 }
 for _type in ViewKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(_VIEW)
+for _type in PoolKernel.TYPES:
+    _LIBRARY.setdefault(_type, []).append(PoolKernel())
+_LIBRARY.setdefault("Conv", []).append(ConvKernel())
+_LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
+_LIBRARY.setdefault("LRN", []).append(LRNKernel())
+for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS:
+    _LIBRARY.setdefault(_kernel.TYPE, []).append(_kernel)
 for _type in ReductionKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(ReductionKernel())
 

@@ -50,6 +50,19 @@ class EmitContext:
         self.target = target
         self.instance_ptr = instance_ptr
         self.instance_alignment = instance_alignment
+        self.status = 1     # what the cell function returns when the current step fails
+
+    def fail_if(self, condition):
+        """Return from the cell function with the current step's status if ``condition`` (an
+        i1) holds: the runtime raises InputError naming the step (bad input at run time, such
+        as an index out of range). Emission continues in the block where it is false."""
+        b = self.builder
+        fail = b.append_basic_block("fail")
+        ok = b.append_basic_block("ok")
+        b.cbranch(condition, fail, ok)
+        b.position_at_end(fail)
+        b.ret(irutil.const(irutil.I32, self.status))
+        b.position_at_end(ok)
 
     def pointer(self, tensor):
         """An ``ptr`` value addressing the first element of ``tensor``."""

@@ -135,10 +135,10 @@ class SliceKernel(Kernel):
 
 
 class GatherKernel(Kernel):
-    """``Gather(params, indices[, oov])``: rows of params by index.
+    """``Gather(params, indices[, oov])``: rows of params by index (or entries along ``axis``).
 
-    An index outside [0, rows) selects the ``oov`` row when given, and a zero row otherwise
-    (generated code never reads outside ``params``).
+    An index outside [0, rows) selects the ``oov`` row when given, and otherwise stops the cell
+    with an InputError (generated code never reads outside ``params``).
     """
 
     name = "Gather"
@@ -150,39 +150,40 @@ class GatherKernel(Kernel):
         b = ctx.builder
         params, indices, out = step.inputs[0], step.inputs[1], step.outputs[0]
         oov = step.inputs[2] if len(step.inputs) > 2 else None
-        rows = params.shape[0]
-        row = int(np.prod(params.shape[1:], dtype=np.int64))
+        axis = step.attrs.get_int("axis", 0) % len(params.shape)
+        outer = int(np.prod(params.shape[:axis], dtype=np.int64))
+        rows = params.shape[axis]
+        row = int(np.prod(params.shape[axis + 1:], dtype=np.int64))
+        count = indices.elements
         params_ptr = ctx.pointer(params)
         index_ptr = ctx.pointer(indices)
         out_ptr = ctx.pointer(out)
         fallback = ctx.pointer(oov) if oov is not None else None
-        with irutil.for_range(b, 0, indices.elements, name="g") as g:
-            index = irutil.load(b, irutil.element_ptr(b, index_ptr, indices.dtype, g),
-                                indices.dtype, 1)
-            index = irutil.convert(b, index, indices.dtype, "int64")
-            valid = b.and_(b.icmp_signed(">=", index, irutil.i64(0)),
-                           b.icmp_signed("<", index, irutil.i64(rows)))
-            safe = b.select(valid, index, irutil.i64(0))
-            source = irutil.element_ptr(b, params_ptr, params.dtype, b.mul(safe, irutil.i64(row)))
-            target = irutil.element_ptr(b, out_ptr, out.dtype, b.mul(g, irutil.i64(row)))
-            if fallback is not None:
-                source = b.select(valid, source, fallback)
+        with irutil.for_range(b, 0, outer, name="go") as o:
+            with irutil.for_range(b, 0, count, name="g") as g:
+                index = irutil.load(b, irutil.element_ptr(b, index_ptr, indices.dtype, g),
+                                    indices.dtype, 1)
+                index = irutil.convert(b, index, indices.dtype, "int64")
+                valid = b.and_(b.icmp_signed(">=", index, irutil.i64(0)),
+                               b.icmp_signed("<", index, irutil.i64(rows)))
+                if fallback is None:
+                    ctx.fail_if(b.not_(valid))
+                safe = b.select(valid, index, irutil.i64(0))
+                start = b.add(b.mul(o, irutil.i64(rows)), safe)
+                source = irutil.element_ptr(b, params_ptr, params.dtype,
+                                            b.mul(start, irutil.i64(row)))
+                position = b.add(b.mul(o, irutil.i64(count)), g)
+                target = irutil.element_ptr(b, out_ptr, out.dtype,
+                                            b.mul(position, irutil.i64(row)))
+                if fallback is not None:
+                    source = b.select(valid, source, fallback)
                 copy(ctx, (row,), loops.Operand(source, params.dtype, (1,), params.itemsize),
                      loops.Operand(target, out.dtype, (1,), out.itemsize))
-            else:
-                mask = valid
-
-                def body(builder, values, lanes, mask=mask):
-                    zero = irutil.const(values[0].type, 0)
-                    return [builder.select(mask, values[0], zero)]
-
-                loops.elementwise(b, ctx.target, (row,),
-                                  [loops.Operand(source, params.dtype, (1,), params.itemsize)],
-                                  [loops.Operand(target, out.dtype, (1,), out.itemsize)], body)
 
 
 class ArgKernel(Kernel):
-    """``ArgMax``/``ArgMin`` over all elements (int32 scalar) or along ``axis``."""
+    """``ArgMax``/``ArgMin`` over all elements (a scalar) or along ``axis``; the first index
+    on ties, or the last with ``select_last_index``."""
 
     name = "Arg"
 
@@ -204,6 +205,7 @@ class ArgKernel(Kernel):
             outer, length, inner = 1, source.elements, 1
         src, dst = ctx.pointer(source), ctx.pointer(out)
         greater = step.type == "ArgMax"
+        last = step.attrs.get_bool("select_last_index", False)
         value_type = irutil.compute_type(source.dtype)
         floating = irutil.is_float(value_type)
         with irutil.for_range(b, 0, outer, name="o") as o:
@@ -216,15 +218,20 @@ class ArgKernel(Kernel):
                     at = b.add(base, b.mul(loop.index, irutil.i64(inner)))
                     x = irutil.load(b, irutil.element_ptr(b, src, source.dtype, at), source.dtype)
                     best, best_index = loop.values
-                    if floating:
+                    predicate = (">" if greater else "<") + ("=" if last else "")
+                    if floating and last:
+                        # The last NaN wins.
+                        better = b.or_(b.fcmp_ordered(predicate, x, best),
+                                       b.fcmp_unordered("uno", x, x))
+                    elif floating:
                         # The first NaN wins, as in NumPy.
-                        better = b.fcmp_ordered(">" if greater else "<", x, best)
+                        better = b.fcmp_ordered(predicate, x, best)
                         better = b.and_(b.or_(better, b.fcmp_unordered("uno", x, x)),
                                         b.fcmp_ordered("ord", best, best))
                     elif source.dtype in irutil.UNSIGNED or source.dtype == "bool":
-                        better = b.icmp_unsigned(">" if greater else "<", x, best)
+                        better = b.icmp_unsigned(predicate, x, best)
                     else:
-                        better = b.icmp_signed(">" if greater else "<", x, best)
+                        better = b.icmp_signed(predicate, x, best)
                     loop.set_next([b.select(better, x, best),
                                    b.select(better, loop.index, best_index)])
                 position = b.add(b.mul(o, irutil.i64(inner)), n)

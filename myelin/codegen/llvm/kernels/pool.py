@@ -1,0 +1,206 @@
+"""Pooling and local response normalization.
+
+``PoolKernel`` computes MaxPool (with its Indices output), AveragePool, LpPool and the global
+pools one output element at a time: for each window the taps inside the input are found by
+loop bounds per axis (so padding and ceil_mode windows cost nothing), folded into a scalar
+accumulator, and finished (divided by the count, or raised to 1/p). ``LRNKernel`` runs in
+vectors over the spatial positions of each channel, summing the squares over the channel
+window.
+"""
+
+import math
+
+from myelin.codegen.llvm import irutil, loops, mathlib
+from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.conv import (add, ival, mul, nested_loops, outlined,
+                                              supported_floats, tap_range)
+from myelin.ops import conv as conv_ops
+from myelin.ops.registry import attribute
+
+
+class PoolKernel(Kernel):
+    """MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool and GlobalLpPool."""
+
+    TYPES = ("MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool",
+             "GlobalLpPool")
+    name = "Pool"
+
+    def supports(self, step, target):
+        x = step.inputs[0]
+        if step.type not in self.TYPES or len(x.shape) < 3:
+            return False
+        if len(step.outputs) == 2:
+            return (step.type == "MaxPool" and step.outputs[1].dtype == "int64"
+                    and x.dtype == step.outputs[0].dtype in ("float32", "float64"))
+        return len(step.outputs) == 1 and supported_floats(step)
+
+    def kernel_name(self, step):
+        return step.type
+
+    def flops(self, step):
+        g = conv_ops.geometry(step)
+        return step.outputs[0].elements * math.prod(g.kernel)
+
+    def emit(self, ctx, step):
+        outlined(ctx, step, lambda sub: self._emit(sub, step))
+
+    def _emit(self, ctx, step):
+        g = conv_ops.geometry(step)
+        kind = step.type.replace("Global", "")
+        x, y = step.inputs[0], step.outputs[0]
+        indices = step.outputs[1] if len(step.outputs) == 2 else None
+        dtype = y.dtype
+        b = ctx.builder
+        xp, yp = ctx.pointer(x), ctx.pointer(y)
+        ip = ctx.pointer(indices) if indices is not None else None
+        typ = irutil.compute_type(dtype)
+        in_plane, out_plane = math.prod(g.input), math.prod(g.output)
+        in_strides = loops.contiguous_strides(g.input)
+        out_strides = loops.contiguous_strides(g.output)
+        # Strides of the flat index Indices reports: row-major, or column-major spatial axes.
+        column_major = kind == "MaxPool" and step.attrs.get_int("storage_order", 0) == 1
+        index_strides = (loops.contiguous_strides(g.input[::-1])[::-1] if column_major
+                         else in_strides)
+        p = attribute(step, "p") if kind == "LpPool" else None
+        include_pad = kind == "AveragePool" and step.attrs.get_int("count_include_pad", 0)
+
+        def element(nc, outs):
+            ranges = [tap_range(b, o, g.strides[a], g.pads_begin[a], g.dilations[a],
+                                g.kernel[a], g.input[a]) for a, o in enumerate(outs)]
+            x_start = mul(b, nc, in_plane)
+            index_start = x_start
+            for a, o in enumerate(outs):
+                start = add(b, mul(b, o, g.strides[a]), -g.pads_begin[a])
+                x_start = add(b, x_start, mul(b, start, in_strides[a]))
+                index_start = add(b, index_start, mul(b, start, index_strides[a]))
+            if kind == "MaxPool":
+                initial = [irutil.const(typ, -math.inf)]
+                if ip is not None:
+                    initial.append(irutil.i64(-1))
+            else:
+                initial = [irutil.const(typ, 0)]
+
+            def fold(values, x_at, index_at):
+                v = irutil.load(b, irutil.element_ptr(b, xp, dtype, ival(x_at)), dtype)
+                if kind == "MaxPool":
+                    better = b.fcmp_ordered(">", v, values[0])
+                    if ip is None:
+                        return [b.select(better, v, values[0])]
+                    better = b.or_(better, b.icmp_signed("<", values[1], irutil.i64(0)))
+                    return [b.select(better, v, values[0]),
+                            b.select(better, ival(index_at), values[1])]
+                if kind == "AveragePool":
+                    return [b.fadd(values[0], v)]
+                a = mathlib.intrinsic(b, "llvm.fabs", [v])
+                if p == 1:
+                    term = a
+                elif p == 2:
+                    term = b.fmul(a, a)
+                else:
+                    term = mathlib.pow(b, a, irutil.const(typ, p))
+                return [b.fadd(values[0], term)]
+
+            def taps(axis, values, x_at, index_at):
+                if axis == g.rank:
+                    return fold(values, x_at, index_at)
+                lo, hi = ranges[axis]
+                with irutil.accumulating_loop(b, lo, hi, values, name=f"k{axis}") as loop:
+                    k = loop.index
+                    xi = add(b, x_at, mul(b, k, g.dilations[axis] * in_strides[axis]))
+                    ii = add(b, index_at, mul(b, k, g.dilations[axis] * index_strides[axis]))
+                    loop.set_next(taps(axis + 1, loop.values, xi, ii))
+                return loop.results
+
+            results = taps(0, initial, x_start, index_start)
+            value = results[0]
+            if kind == "AveragePool":
+                count = irutil.i64(1)
+                for a, o in enumerate(outs):
+                    if include_pad:
+                        lo, hi = tap_range(b, o, g.strides[a], 0, g.dilations[a], g.kernel[a],
+                                           g.input[a] + g.pads_begin[a] + g.pads_end[a])
+                    else:
+                        lo, hi = ranges[a]
+                    count = b.mul(count, b.sub(ival(hi), ival(lo)))
+                value = b.fdiv(value, b.sitofp(count, typ))
+            elif kind == "LpPool":
+                if p == 2:
+                    value = mathlib.intrinsic(b, "llvm.sqrt", [value])
+                elif p != 1:
+                    value = mathlib.pow(b, value, irutil.const(typ, 1.0 / p))
+            y_at = mul(b, nc, out_plane)
+            for a, o in enumerate(outs):
+                y_at = add(b, y_at, mul(b, o, out_strides[a]))
+            irutil.store(b, value, irutil.element_ptr(b, yp, dtype, ival(y_at)), dtype)
+            if ip is not None:
+                irutil.store(b, results[1], irutil.element_ptr(b, ip, "int64", ival(y_at)),
+                             "int64")
+
+        with irutil.for_range(b, 0, g.batch * g.in_channels, name="nc") as nc:
+            nested_loops(b, list(g.output), lambda outs: element(nc, outs), name="o")
+
+
+class LRNKernel(Kernel):
+    """``LRN`` across channels, in vectors over each channel's spatial positions."""
+
+    name = "LRN"
+
+    def supports(self, step, target):
+        return (step.type == "LRN" and len(step.inputs[0].shape) >= 2
+                and supported_floats(step))
+
+    def flops(self, step):
+        return step.outputs[0].elements * (2 * step.attrs.get_int("size") + 20)
+
+    def emit(self, ctx, step):
+        outlined(ctx, step, lambda sub: self._emit(sub, step))
+
+    def _emit(self, ctx, step):
+        x, y = step.inputs[0], step.outputs[0]
+        dtype = y.dtype
+        batch, channels = x.shape[:2]
+        plane = math.prod(x.shape[2:])
+        size = step.attrs.get_int("size")
+        alpha, beta, bias = (attribute(step, name) for name in ("alpha", "beta", "bias"))
+        before, after = (size - 1) // 2, -(-(size - 1) // 2)
+        b = ctx.builder
+        xp, yp = ctx.pointer(x), ctx.pointer(y)
+        typ = irutil.compute_type(dtype)
+        lanes = loops.lanes(ctx.target, dtype)
+        if plane < lanes:
+            lanes = 1
+        full = plane - plane % lanes
+
+        def compute(base, lo, hi, at, width):
+            vtype = irutil.vector_of(typ, width)
+            with irutil.accumulating_loop(b, lo, hi, [irutil.const(vtype, 0)], name="w") as loop:
+                index = b.add(b.mul(loop.index, irutil.i64(plane)), at)
+                v = irutil.load(b, irutil.element_ptr(b, xp, dtype, b.add(base, index)), dtype,
+                                width)
+                loop.set_next([mathlib.fmuladd(b, v, v, loop.values[0])])
+            total = loop.results[0]
+            scaled = mathlib.fmuladd(b, total, irutil.const(vtype, alpha / size),
+                                     irutil.const(vtype, bias))
+            # scaled ** -beta
+            factor = mathlib.exp(b, b.fmul(mathlib.log(b, scaled), irutil.const(vtype, -beta)))
+            own = b.add(base, b.add(b.mul(channel_value[0], irutil.i64(plane)), at))
+            v = irutil.load(b, irutil.element_ptr(b, xp, dtype, own), dtype, width)
+            irutil.store(b, b.fmul(v, factor), irutil.element_ptr(b, yp, dtype, own), dtype)
+
+        channel_value = [None]
+        with irutil.for_range(b, 0, batch, name="n") as n:
+            base = b.mul(n, irutil.i64(channels * plane))
+            with irutil.for_range(b, 0, channels, name="c") as c:
+                channel_value[0] = c
+                lo = b.sub(c, irutil.i64(before))
+                lo = b.select(b.icmp_signed("<", lo, irutil.i64(0)), irutil.i64(0), lo)
+                hi = b.add(c, irutil.i64(after + 1))
+                hi = b.select(b.icmp_signed(">", hi, irutil.i64(channels)),
+                              irutil.i64(channels), hi)
+                if full:
+                    with irutil.for_range(b, 0, full, lanes, name="v") as at:
+                        compute(base, lo, hi, at, lanes)
+                if plane > full:
+                    with irutil.for_range(b, full, plane, name="s") as at:
+                        compute(base, lo, hi, at, 1)
+

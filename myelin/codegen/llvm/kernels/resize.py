@@ -1,0 +1,297 @@
+"""The ``Resize`` kernel: nearest, linear and cubic resampling from precomputed tables.
+
+Source indices and weights depend only on shapes and attributes, so they are computed at
+compile time (:func:`myelin.ops.resize.axis_tables`, the same tables the reference applies) and
+stored as constant globals. Adjacent identity axes (not resized) are merged. The kernel loops
+over the output rows (every axis but the innermost); for each row it adds up, over the tap
+combinations of the resized outer axes, a weighted row of the input interpolated along the
+innermost axis. The innermost axis runs in vectors: a contiguous load when it is not resized,
+else one load per lane through the index table (weights and indices of a tap are stored
+contiguously along the output, so they load as vectors). With tf_crop_and_resize, a last pass
+writes ``extrapolation_value`` where any axis extrapolates.
+"""
+
+import math
+
+import llvmlite.ir as ir
+import numpy as np
+
+from myelin.codegen.llvm import irutil, loops
+from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.errors import MyelinError
+from myelin.ops import resize
+from myelin.ops.common import NUMERIC
+
+_GATHER_LANES = 8      # widest vector filled by per-lane loads
+_UNROLL_TAPS = 8       # inner taps emitted inline up to this many, else a loop
+
+
+class _Dim:
+    """One (possibly merged) axis: output size, input element stride, table (None: identity)."""
+
+    def __init__(self, size, stride, table):
+        self.size = size
+        self.stride = stride
+        self.table = table
+        self.index = self.weight = self.valid = None   # globals, filled by the kernel
+
+
+def _dims(source_shape, out_shape, tables):
+    strides = loops.contiguous_strides(source_shape)
+    dims = []
+    for size, stride, table in zip(out_shape, strides, tables):
+        if table is None and size == 1:
+            continue
+        if table is None and dims and dims[-1].table is None:
+            dims[-1].size *= size
+            dims[-1].stride = stride
+            continue
+        dims.append(_Dim(size, stride, table))
+    return dims or [_Dim(1, 1, None)]
+
+
+def _global(builder, name, typ, values):
+    """A private constant array global holding ``values`` (Python numbers) of LLVM ``typ``."""
+    module = builder.module
+    array = ir.ArrayType(typ, len(values))
+    var = ir.GlobalVariable(module, array, module.get_unique_name(name))
+    var.initializer = ir.Constant(array, [ir.Constant(typ, v) for v in values])
+    var.global_constant = True
+    var.linkage = "private"
+    var.align = 16
+    var.type = irutil.PTR   # llvmlite types globals; the module uses opaque pointers
+    return var
+
+
+class ResizeKernel(Kernel):
+    """``Resize`` (ONNX semantics, see :mod:`myelin.ops.resize`) from constant tables."""
+
+    name = "Resize"
+
+    def supports(self, step, target):
+        if step.type != "Resize" or len(step.inputs) != 1:
+            return False
+        dtype = step.inputs[0].dtype
+        try:
+            p = resize.params(step, step.inputs[0].shape)
+        except MyelinError:
+            return False
+        if p.mode == "nearest":
+            return dtype in NUMERIC
+        return dtype in ("float32", "float64")
+
+    def kernel_name(self, step):
+        mode = step.attrs.get_str("mode", "nearest")
+        return f"Resize[{mode}]"
+
+    def flops(self, step):
+        p = resize.params(step, step.inputs[0].shape)
+        if p.mode == "nearest":
+            return 0
+        taps = math.prod(t.taps for t in resize.axis_tables(p, step.inputs[0].shape)
+                         if t is not None)
+        return 2 * taps * step.outputs[0].elements
+
+    def emit(self, ctx, step):
+        source, out = step.inputs[0], step.outputs[0]
+        if not out.elements:
+            return
+        p = resize.params(step, source.shape)
+        tables = resize.axis_tables(p, source.shape)
+        _Emitter(ctx, source, out, p, _dims(source.shape, out.shape, tables)).emit()
+
+
+class _Emitter:
+    def __init__(self, ctx, source, out, p, dims):
+        self.b = ctx.builder
+        self.ctx = ctx
+        self.source, self.out, self.p = source, out, p
+        self.dtype = source.dtype
+        self.nearest = p.mode == "nearest"
+        self.value_type = irutil.compute_type(self.dtype)
+        self.weight_dtype = self.dtype     # linear and cubic run on float32 and float64
+        self.dims = dims
+        self.outer, self.inner = dims[:-1], dims[-1]
+        self.resized = [d for d in self.outer if d.table is not None]
+        self.combinations = math.prod(d.table.taps for d in self.resized)
+        self.extrapolates = any(d.table is not None and d.table.valid is not None for d in dims)
+        self._make_tables()
+
+    # Tables.
+    def _make_tables(self):
+        b, wtype = self.b, irutil.storage_type(self.weight_dtype)
+        for d in self.resized:
+            t = d.table
+            d.index = _global(b, "resize.index", irutil.I64, (t.index * d.stride).ravel().tolist())
+            if not self.nearest:
+                d.weight = _global(b, "resize.weight", wtype, self._weights(t.weight.ravel()))
+            if t.valid is not None:
+                d.valid = _global(b, "resize.valid", irutil.I8, t.valid.astype(int).tolist())
+        t = self.inner.table
+        if t is not None:
+            # Tap-major: the indices and weights of one tap are contiguous along the output.
+            self.inner.index = _global(b, "resize.index", irutil.I32, t.index.T.ravel().tolist())
+            if not self.nearest:
+                self.inner.weight = _global(b, "resize.weight", wtype,
+                                            self._weights(t.weight.T.ravel()))
+            if t.valid is not None:
+                self.inner.valid = _global(b, "resize.valid", irutil.I8,
+                                           t.valid.astype(int).tolist())
+
+    def _weights(self, values):
+        if self.weight_dtype == "float32":
+            return [float(v) for v in np.asarray(values, dtype=np.float32)]
+        return [float(v) for v in values]
+
+    def _load(self, table, dtype, index, width=1):
+        b = self.b
+        return irutil.load(b, irutil.element_ptr(b, table, dtype, index), dtype, width)
+
+    # Loops.
+    def emit(self):
+        b = self.b
+        out_strides = loops.contiguous_strides([d.size for d in self.dims])
+        zero = irutil.i64(0)
+
+        def level(k, out_offset, in_offset, positions):
+            if k == len(self.outer):
+                self._row(out_offset, in_offset, positions)
+                return
+            dim = self.outer[k]
+            with irutil.for_range(b, 0, dim.size, name=f"r{k}") as o:
+                next_out = b.add(out_offset, b.mul(o, irutil.i64(out_strides[k])))
+                next_in = in_offset
+                if dim.table is None:
+                    next_in = b.add(in_offset, b.mul(o, irutil.i64(dim.stride)))
+                level(k + 1, next_out, next_in, positions + [o])
+
+        level(0, zero, zero, [])
+
+    def _row(self, out_offset, in_offset, positions):
+        b = self.b
+        out_row = irutil.element_ptr(b, self.ctx.pointer(self.out), self.dtype, out_offset)
+        by_dim = {id(d): o for d, o in zip(self.outer, positions)}
+        if self.combinations == 1:
+            self._combination(irutil.i64(0), out_row, in_offset, by_dim)
+        else:
+            with irutil.for_range(b, 0, self.combinations, name="tap") as c:
+                self._combination(c, out_row, in_offset, by_dim)
+        if self.extrapolates:
+            self._extrapolate(out_row, by_dim)
+
+    def _combination(self, c, out_row, in_offset, by_dim):
+        """Store (combination 0) or add the input row of tap combination ``c`` of the outer
+        resized axes, weighted."""
+        b = self.b
+        offset, weight = in_offset, None
+        later = self.combinations
+        for d in self.resized:
+            taps = d.table.taps
+            later //= taps
+            tap = c if isinstance(c, ir.Constant) and c.constant == 0 else \
+                b.urem(b.udiv(c, irutil.i64(later)), irutil.i64(taps))
+            at = b.add(b.mul(by_dim[id(d)], irutil.i64(taps)), tap)
+            offset = b.add(offset, self._load(d.index, "int64", at))
+            if not self.nearest:
+                w = self._load(d.weight, self.weight_dtype, at)
+                weight = w if weight is None else b.fmul(weight, w)
+        in_row = irutil.element_ptr(b, self.ctx.pointer(self.source), self.dtype, offset)
+        first = None
+        if self.combinations > 1:
+            first = b.icmp_unsigned("==", c, irutil.i64(0))
+        self._columns(lambda j, width: self._column_block(in_row, out_row, weight, j, width,
+                                                          first))
+
+    def _columns(self, body):
+        """Run ``body(j, width)`` over the innermost axis in vectors, then a scalar tail."""
+        b = self.b
+        size = self.inner.size
+        width = loops.lanes(self.ctx.target, self.dtype)
+        if self.inner.table is not None:
+            width = min(width, _GATHER_LANES)
+        while width > 1 and width > size:
+            width //= 2
+        blocks = size // width if width > 1 else 0
+        if blocks:
+            with irutil.for_range(b, 0, blocks, name="col") as block:
+                body(b.mul(block, irutil.i64(width)), width)
+        if blocks * width < size:
+            with irutil.for_range(b, blocks * width, size, name="colt") as j:
+                body(j, 1)
+
+    def _column_block(self, in_row, out_row, weight, j, width, first):
+        b = self.b
+        inner = self.inner
+        if inner.table is None:
+            value = irutil.load(b, irutil.element_ptr(b, in_row, self.dtype, j), self.dtype,
+                                width, self.source.itemsize)
+            if weight is not None:
+                value = b.fmul(value, irutil.splat(b, weight, width))
+        else:
+            value = self._interpolate(in_row, j, width)
+            if weight is not None:
+                value = b.fmul(value, irutil.splat(b, weight, width))
+        target = irutil.element_ptr(b, out_row, self.dtype, j)
+        if first is not None:   # later combinations add to what the first one stored
+            total = b.fadd(irutil.load(b, target, self.dtype, width, self.out.itemsize), value)
+            value = b.select(first, value, total)
+        irutil.store(b, value, target, self.dtype, self.out.itemsize)
+
+    def _interpolate(self, in_row, j, width):
+        """The input row interpolated along the innermost axis at columns j .. j+width-1."""
+        b = self.b
+        taps, size = self.inner.table.taps, self.inner.size
+
+        def tap_value(t):
+            if isinstance(t, int):
+                base = b.add(j, irutil.i64(t * size)) if t else j
+            else:
+                base = b.add(b.mul(t, irutil.i64(size)), j)
+            offsets = self._load(self.inner.index, "int32", base, width)
+            value = self._gather(in_row, offsets, width)
+            if self.nearest:
+                return value
+            w = self._load(self.inner.weight, self.weight_dtype, base, width)
+            return b.fmul(w, value)
+
+        if self.nearest:
+            return tap_value(0)
+        if taps <= _UNROLL_TAPS:
+            total = tap_value(0)
+            for t in range(1, taps):
+                total = b.fadd(total, tap_value(t))
+            return total
+        zero = irutil.const(irutil.vector_of(self.value_type, width), 0.0)
+        with irutil.accumulating_loop(b, 0, taps, [zero], name="itap") as loop:
+            loop.set_next([b.fadd(loop.values[0], tap_value(loop.index))])
+        return loop.results[0]
+
+    def _gather(self, in_row, offsets, width):
+        b = self.b
+        if width == 1:
+            at = b.sext(offsets, irutil.I64)
+            return irutil.load(b, irutil.element_ptr(b, in_row, self.dtype, at), self.dtype)
+        vector = ir.Constant(ir.VectorType(self.value_type, width), ir.Undefined)
+        for lane in range(width):
+            at = b.sext(b.extract_element(offsets, irutil.I32(lane)), irutil.I64)
+            value = irutil.load(b, irutil.element_ptr(b, in_row, self.dtype, at), self.dtype)
+            vector = b.insert_element(vector, value, irutil.I32(lane))
+        return vector
+
+    def _extrapolate(self, out_row, by_dim):
+        """Write extrapolation_value where the source coordinate of any axis is outside."""
+        b = self.b
+        ok = ir.Constant(irutil.I1, 1)
+        for d in self.resized:
+            if d.valid is not None:
+                ok = b.and_(ok, self._load(d.valid, "bool", by_dim[id(d)]))
+        fill = irutil.const(self.value_type,
+                            resize.extrapolation_value(self.p, self.dtype).item())
+        with irutil.for_range(b, 0, self.inner.size, name="ext") as j:
+            keep = ok
+            if self.inner.valid is not None:
+                keep = b.and_(keep, self._load(self.inner.valid, "bool", j))
+            target = irutil.element_ptr(b, out_row, self.dtype, j)
+            value = irutil.load(b, target, self.dtype, 1, self.out.itemsize)
+            irutil.store(b, b.select(keep, value, fill), target, self.dtype, self.out.itemsize)
+

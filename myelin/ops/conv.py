@@ -1,0 +1,380 @@
+"""Convolution, pooling and local response normalization over NC[D][H]W tensors, as ONNX.
+
+Every op here reads ``X`` of shape ``[N, C, D1, ..., Dk]`` (k >= 1 spatial axes, channels on
+axis 1) and uses ONNX's attribute names and defaults; int-list attributes are written
+``[a,b,c]``. ``pads`` lists the begin paddings of every spatial axis, then the end paddings.
+``auto_pad`` is NOTSET (use ``pads``), SAME_UPPER / SAME_LOWER (output size ``ceil(D /
+stride)``, the odd padding at the end / beginning) or VALID (no padding).
+
+* ``Conv(X, W[, B])``: ``W`` is ``[M, C / group, K1, ..., Kk]``, ``B`` is ``[M]``; attributes
+  ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``.
+* ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
+  ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
+  one at the beginning unless auto_pad is SAME_UPPER).
+* ``MaxPool(X)``: ``kernel_shape`` (required), ``strides``, ``pads``, ``dilations``,
+  ``auto_pad``, ``ceil_mode`` and ``storage_order``. With ``indices`` set (a myelin attribute:
+  the ONNX importer sets it for a node with a second output) it also outputs ``Indices``
+  (int64): the position of the first maximum in the flattened input, its spatial part in
+  row-major (storage_order 0) or column-major (1) order.
+* ``AveragePool(X)``: like MaxPool without indices, plus ``count_include_pad`` (0: divide by
+  the number of input elements in the window; 1: also count the padding, but not the part of a
+  ceil_mode window past the end padding).
+* ``LpPool(X)``: ``(sum |x|^p)^(1/p)`` over the window, attribute ``p`` (default 2).
+* ``GlobalAveragePool``, ``GlobalMaxPool``, ``GlobalLpPool``: over all spatial axes, which stay
+  as size 1.
+* ``LRN(X)``: ``x / (bias + alpha / size * sum of x^2 over channels [c - (size-1)//2,
+  c + ceil((size-1)/2)])^beta``; attributes ``size`` (required), ``alpha`` (1e-4), ``beta``
+  (0.75), ``bias`` (1.0).
+
+:func:`geometry` is the one place that turns a conv or pool op's shapes and attributes into
+kernel, stride, dilation, padding and output sizes; the CPU kernels use it too.
+"""
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+
+from myelin.ops.common import FLOAT, check_dtype, common_dtype, error
+from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_POOLS = ("MaxPool", "AveragePool", "LpPool")
+_GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+
+
+@dataclasses.dataclass
+class Geometry:
+    """Sizes of a conv or pool op: ``batch``, ``in_channels``, ``out_channels``, ``group``,
+    and per spatial axis ``input``, ``output``, ``kernel``, ``strides``, ``dilations``,
+    ``pads_begin``, ``pads_end`` (for ConvTranspose, ``input`` is X's and ``output`` Y's)."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    group: int
+    input: tuple
+    output: tuple
+    kernel: tuple
+    strides: tuple
+    dilations: tuple
+    pads_begin: tuple
+    pads_end: tuple
+
+    @property
+    def rank(self):
+        return len(self.input)
+
+    @property
+    def output_shape(self):
+        return (self.batch, self.out_channels) + tuple(self.output)
+
+
+def _ints(op, name, count, default, minimum=None):
+    values = op.attrs.get_ints(name)
+    if values is None:
+        return [default] * count
+    if len(values) != count:
+        raise error(op, f"attribute {name}={values} needs {count} values")
+    if minimum is not None and any(v < minimum for v in values):
+        raise error(op, f"attribute {name}={values} must be >= {minimum}")
+    return list(values)
+
+
+def _auto_pad(op):
+    value = op.attrs.get_str("auto_pad", "NOTSET") or "NOTSET"
+    value = value.strip().upper()
+    if value not in AUTO_PADS:
+        raise error(op, f"attribute auto_pad={value!r} is not one of {', '.join(AUTO_PADS)}")
+    return value
+
+
+def _x_of(op):
+    x = op.inputs[0]
+    if len(x.shape) < 3:
+        raise error(op, f"input {x.name} must have rank 3 or more ([N, C, spatial...]), got "
+                        f"shape {list(x.shape)}")
+    if x.shape[1] < 1 or any(d == 0 or d < -1 for d in x.shape):
+        raise error(op, f"input {x.name} of shape {list(x.shape)} needs non-zero sizes and "
+                        f"a known channel count")
+    return x
+
+
+def _same_pads(auto_pad, total):
+    small, large = total // 2, total - total // 2
+    return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+
+
+def geometry(op):
+    """The :class:`Geometry` of a Conv, ConvTranspose or pool op (global pools included);
+    raises ShapeError naming the op for inconsistent shapes or attributes. ``op`` is anything
+    with ``name``, ``type``, ``attrs`` and ``inputs`` that have a ``shape``."""
+    x = _x_of(op)
+    batch, channels, *spatial = x.shape
+    rank = len(spatial)
+    if op.type in _GLOBAL_POOLS:
+        ones = (1,) * rank
+        return Geometry(batch, channels, channels, 1, tuple(spatial), ones, tuple(spatial), ones,
+                        ones, (0,) * rank, (0,) * rank)
+    conv = op.type in ("Conv", "ConvTranspose")
+    group, out_channels = 1, channels
+    if conv:
+        w = op.inputs[1]
+        group = op.attrs.get_int("group", 1)
+        if group < 1 or channels % group:
+            raise error(op, f"group={group} does not divide the {channels} channels of input "
+                            f"{x.name}")
+        if len(w.shape) != len(x.shape):
+            raise error(op, f"weight {w.name} of shape {list(w.shape)} must have the rank of "
+                            f"input {x.name} of shape {list(x.shape)}")
+        if op.type == "Conv":
+            out_channels = w.shape[0]
+            if w.shape[1] * group != channels or out_channels % group:
+                raise error(op, f"weight {w.name} of shape {list(w.shape)} does not fit input "
+                                f"{x.name} of shape {list(x.shape)} with group={group}")
+        else:
+            out_channels = w.shape[1] * group
+            if w.shape[0] != channels:
+                raise error(op, f"weight {w.name} of shape {list(w.shape)} needs {channels} "
+                                f"input channels (axis 0) for input {x.name} of shape "
+                                f"{list(x.shape)}")
+        kernel = _ints(op, "kernel_shape", rank, 1, 1)
+        if op.attrs.get_ints("kernel_shape") is None:
+            kernel = list(w.shape[2:])
+        elif tuple(kernel) != tuple(w.shape[2:]):
+            raise error(op, f"kernel_shape={kernel} differs from weight {w.name} of shape "
+                            f"{list(w.shape)}")
+        if len(op.inputs) > 2:
+            bias = op.inputs[2]
+            if tuple(bias.shape) != (out_channels,):
+                raise error(op, f"bias {bias.name} of shape {list(bias.shape)} needs "
+                                f"[{out_channels}]")
+    else:
+        if op.attrs.get_ints("kernel_shape") is None:
+            raise error(op, "attribute kernel_shape is required")
+        kernel = _ints(op, "kernel_shape", rank, 1, 1)
+    strides = _ints(op, "strides", rank, 1, 1)
+    dilations = _ints(op, "dilations", rank, 1, 1)
+    auto_pad = _auto_pad(op)
+    pads = _ints(op, "pads", 2 * rank, 0, 0)
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    ceil_mode = op.type in _POOLS and op.attrs.get_int("ceil_mode", 0) != 0
+
+    if op.type == "ConvTranspose":
+        out_pad = _ints(op, "output_padding", rank, 0, 0)
+        for p, s, d in zip(out_pad, strides, dilations):
+            if p >= max(s, d):
+                raise error(op, f"output_padding={out_pad} must be smaller than the stride or "
+                                f"the dilation")
+        natural = [s * (n - 1) + p + e for s, n, p, e in zip(strides, spatial, out_pad, extent)]
+        wanted = op.attrs.get_ints("output_shape")
+        if wanted is not None and len(wanted) == rank + 2:
+            wanted = wanted[2:]
+        if wanted is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            wanted = [n * s for n, s in zip(spatial, strides)]
+        if wanted is not None:
+            if len(wanted) != rank or any(o < 1 for o in wanted):
+                raise error(op, f"attribute output_shape={wanted} needs {rank} positive sizes")
+            split = [_same_pads("SAME_UPPER" if auto_pad == "SAME_UPPER" else "SAME_LOWER",
+                                max(0, n - o)) for n, o in zip(natural, wanted)]
+            pads = [b for b, _ in split] + [e for _, e in split]
+            output = list(wanted)
+        else:
+            if auto_pad == "VALID":
+                pads = [0] * (2 * rank)
+            output = [n - pads[i] - pads[rank + i] for i, n in enumerate(natural)]
+        output = [o if n > 0 or wanted is not None else -1 for o, n in zip(output, spatial)]
+    else:
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            output = [-(-n // s) if n > 0 else -1 for n, s in zip(spatial, strides)]
+            split = [_same_pads(auto_pad, max(0, (o - 1) * s + e - n) if n > 0 else 0)
+                     for o, s, e, n in zip(output, strides, extent, spatial)]
+            pads = [b for b, _ in split] + [e for _, e in split]
+        else:
+            if auto_pad == "VALID":
+                pads = [0] * (2 * rank)
+            output = []
+            for i, (n, s, e) in enumerate(zip(spatial, strides, extent)):
+                if n < 0:           # a dynamic size stays dynamic
+                    output.append(-1)
+                    continue
+                room = n + pads[i] + pads[rank + i] - e
+                if room < 0:
+                    break
+                size = (-(-room // s) if ceil_mode else room // s) + 1
+                if ceil_mode and (size - 1) * s >= n + pads[i]:
+                    size -= 1   # the last window must start inside the input or begin padding
+                output.append(size)
+    if len(output) < rank or any(o < 1 and n > 0 for o, n in zip(output, spatial)):
+        raise error(op, f"input {x.name} of shape {list(x.shape)} is too small for kernel "
+                        f"{list(kernel)} (dilations {dilations}, pads {pads}, strides "
+                        f"{strides})")
+    if op.type in _POOLS and any(p >= k for p, k in zip(pads, kernel + kernel)):
+        raise error(op, f"pads={pads} must be smaller than kernel_shape={kernel}")
+    return Geometry(batch, channels, out_channels, group, tuple(spatial), tuple(output),
+                    tuple(kernel), tuple(strides), tuple(dilations), tuple(pads[:rank]),
+                    tuple(pads[rank:]))
+
+
+# Shape and type rules.
+def _conv_infer(op):
+    dtype = common_dtype(op, op.inputs, FLOAT)
+    return [TensorType(dtype, geometry(op).output_shape)]
+
+
+def _pool_infer(op):
+    x = _x_of(op)
+    check_dtype(op, x, FLOAT)
+    if op.type == "LpPool" or op.type == "GlobalLpPool":
+        if attribute(op, "p") <= 0:
+            raise error(op, f"attribute p={attribute(op, 'p')} must be positive")
+    if op.type == "MaxPool" and op.attrs.get_int("storage_order", 0) not in (0, 1):
+        raise error(op, "attribute storage_order must be 0 or 1")
+    shape = geometry(op).output_shape
+    types = [TensorType(x.dtype, shape)]
+    if op.type == "MaxPool" and (attribute(op, "indices") or len(op.outputs) == 2):
+        types.append(TensorType("int64", shape))
+    return types
+
+
+def _lrn_infer(op):
+    x = _x_of(op)
+    check_dtype(op, x, FLOAT)
+    size = op.attrs.get_int("size")
+    if size is None or size < 1:
+        raise error(op, f"attribute size={size} must be a positive integer")
+    return [TensorType(x.dtype, x.shape)]
+
+
+# Float64 references.
+def _windows(array, g, offset, dims):
+    """Slices of ``array``'s spatial axes (from axis 2) for kernel tap ``offset``."""
+    index = [slice(None), slice(None)]
+    for axis, k in enumerate(offset):
+        start = k * g.dilations[axis]
+        index.append(slice(start, start + g.strides[axis] * (dims[axis] - 1) + 1,
+                           g.strides[axis]))
+    return array[tuple(index)]
+
+
+def _conv_reference(op, inputs):
+    x, w = inputs[:2]
+    g = geometry(op)
+    pads = [(0, 0), (0, 0)] + list(zip(g.pads_begin, g.pads_end))
+    padded = np.pad(x, pads)
+    y = np.zeros(g.output_shape)
+    cg, mg = g.in_channels // g.group, g.out_channels // g.group
+    for offset in itertools.product(*(range(k) for k in g.kernel)):
+        part = _windows(padded, g, offset, g.output)
+        for k in range(g.group):
+            taps = w[(slice(k * mg, (k + 1) * mg), slice(None)) + offset]
+            y[:, k * mg:(k + 1) * mg] += np.einsum("nc...,mc->nm...",
+                                                   part[:, k * cg:(k + 1) * cg], taps)
+    if len(inputs) > 2:
+        y += inputs[2].reshape((-1,) + (1,) * g.rank)
+    return [y]
+
+
+def _conv_transpose_reference(op, inputs):
+    x, w = inputs[:2]
+    g = geometry(op)
+    cg, mg = g.in_channels // g.group, g.out_channels // g.group
+    # Scatter into the unpadded output, then cut the pads away (or extend it with zeros).
+    full_size = [max(s * (n - 1) + (k - 1) * d + 1, b + o) for s, n, k, d, b, o in
+                 zip(g.strides, g.input, g.kernel, g.dilations, g.pads_begin, g.output)]
+    full = np.zeros((g.batch, g.out_channels) + tuple(full_size))
+    for offset in itertools.product(*(range(k) for k in g.kernel)):
+        part = _windows(full, g, offset, g.input)
+        for k in range(g.group):
+            taps = w[(slice(k * cg, (k + 1) * cg), slice(None)) + offset]
+            part[:, k * mg:(k + 1) * mg] += np.einsum("nc...,cm->nm...",
+                                                      x[:, k * cg:(k + 1) * cg], taps)
+    y = full[(slice(None), slice(None)) + tuple(slice(b, b + o) for b, o in
+                                                 zip(g.pads_begin, g.output))]
+    if len(inputs) > 2:
+        y = y + inputs[2].reshape((-1,) + (1,) * g.rank)
+    return [y]
+
+
+def _pool_reference(op, inputs):
+    (x,) = inputs
+    g = geometry(op)
+    kind = op.type.replace("Global", "")
+    # Pad so that every window fits; mark input elements and the padded extent.
+    ends = [max(b + n + e, (o - 1) * s + (k - 1) * d + 1) - b - n for b, n, e, o, s, k, d in
+            zip(g.pads_begin, g.input, g.pads_end, g.output, g.strides, g.kernel, g.dilations)]
+    pads = [(0, 0), (0, 0)] + list(zip(g.pads_begin, ends))
+    padded = np.pad(x, pads)
+    inside = np.pad(np.ones(x.shape, bool), pads)
+    extent = np.zeros(padded.shape, bool)
+    extent[(slice(None), slice(None)) + tuple(slice(0, b + n + e) for b, n, e in
+                                               zip(g.pads_begin, g.input, g.pads_end))] = True
+    flat = np.arange(x.size).reshape(x.shape)
+    if op.type == "MaxPool" and op.attrs.get_int("storage_order", 0) == 1:
+        spatial = np.arange(math.prod(g.input)).reshape(g.input[::-1]).transpose()
+        flat = (np.arange(g.batch * g.in_channels).reshape(g.batch, -1, *([1] * g.rank))
+                * math.prod(g.input) + spatial)
+    flat = np.pad(flat, pads, constant_values=-1)
+    offsets = list(itertools.product(*(range(k) for k in g.kernel)))
+    values = np.stack([_windows(padded, g, o, g.output) for o in offsets])
+    valid = np.stack([_windows(inside, g, o, g.output) for o in offsets])
+    if kind == "MaxPool":
+        masked = np.where(valid, values, -np.inf)
+        position = masked.argmax(axis=0)
+        y = np.take_along_axis(masked, position[None], 0)[0]
+        if op.type != "MaxPool" or (len(op.outputs) < 2 and not attribute(op, "indices")):
+            return [y]
+        index = np.stack([_windows(flat, g, o, g.output) for o in offsets])
+        return [y, np.take_along_axis(index, position[None], 0)[0].astype(np.int64)]
+    if kind == "AveragePool":
+        total = np.where(valid, values, 0.0).sum(axis=0)
+        if op.attrs.get_int("count_include_pad", 0):
+            counted = np.stack([_windows(extent, g, o, g.output) for o in offsets])
+        else:
+            counted = valid
+        return [total / counted.sum(axis=0)]
+    p = attribute(op, "p")
+    return [(np.where(valid, np.abs(values), 0.0) ** p).sum(axis=0) ** (1.0 / p)]
+
+
+def _lrn_reference(op, inputs):
+    (x,) = inputs
+    size = op.attrs.get_int("size")
+    alpha, beta, bias = (attribute(op, name) for name in ("alpha", "beta", "bias"))
+    before, after = (size - 1) // 2, -(-(size - 1) // 2)
+    channels = x.shape[1]
+    square = x * x
+    total = np.zeros_like(x)
+    for c in range(channels):
+        total[:, c] = square[:, max(0, c - before):min(channels, c + after + 1)].sum(axis=1)
+    return [x / (bias + alpha / size * total) ** beta]
+
+
+_CONV_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
+               "group": 1, "auto_pad": "NOTSET"}
+_POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
+               "auto_pad": "NOTSET", "ceil_mode": 0}
+
+register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference, attrs=dict(_CONV_ATTRS),
+               inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX"))
+register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,
+               attrs=dict(_CONV_ATTRS, output_padding=None, output_shape=None), inputs=(2, 3),
+               doc="N-D transposed convolution with groups, as ONNX"))
+register(OpDef("MaxPool", Kind.OPAQUE, _pool_infer, _pool_reference,
+               attrs=dict(_POOL_ATTRS, storage_order=0, indices=False), outputs=None,
+               doc="maximum over sliding windows (and its flat input index), as ONNX"))
+register(OpDef("AveragePool", Kind.OPAQUE, _pool_infer, _pool_reference,
+               attrs=dict(_POOL_ATTRS, count_include_pad=0),
+               doc="mean over sliding windows, as ONNX"))
+register(OpDef("LpPool", Kind.OPAQUE, _pool_infer, _pool_reference,
+               attrs=dict(_POOL_ATTRS, p=2.0), doc="p-norm over sliding windows, as ONNX"))
+register(OpDef("GlobalAveragePool", Kind.OPAQUE, _pool_infer, _pool_reference,
+               doc="mean over all spatial axes (kept as size 1)"))
+register(OpDef("GlobalMaxPool", Kind.OPAQUE, _pool_infer, _pool_reference,
+               doc="maximum over all spatial axes (kept as size 1)"))
+register(OpDef("GlobalLpPool", Kind.OPAQUE, _pool_infer, _pool_reference, attrs={"p": 2.0},
+               doc="p-norm over all spatial axes (kept as size 1)"))
+register(OpDef("LRN", Kind.OPAQUE, _lrn_infer, _lrn_reference,
+               attrs={"size": None, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+               doc="local response normalization across channels, as ONNX"))

@@ -1,0 +1,195 @@
+"""Compiled convolutions, pools and LRN against the float64 reference under every CPU preset,
+and batch normalization folded into a preceding Conv (structure and numbers)."""
+
+import numpy as np
+import pytest
+
+import myelin
+from jitcheck import PRESETS, random_array, run_and_compare
+from myelin.optimize import Context
+from myelin.optimize.inference import fold_scale_axis, simplify_inference
+
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
+
+# (op type, input shapes, attributes): odd sizes, strides, pads, dilations, groups, auto_pad.
+CONV = [
+    ("Conv", [(2, 4, 9, 10), (6, 2, 3, 3), (6,)],
+     dict(group=2, strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2])),
+    ("Conv", [(1, 3, 13, 37), (9, 3, 3, 3), (9,)], dict(pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 5, 11, 29), (7, 5, 3, 3)], {}),
+    ("Conv", [(1, 3, 20, 41), (5, 3, 7, 7)], dict(pads=[3, 3, 3, 3], strides=[2, 2])),
+    ("Conv", [(1, 4, 17, 23), (6, 4, 3, 3)], dict(strides=[3, 3], pads=[1, 2, 0, 1])),
+    ("Conv", [(1, 3, 23, 45), (4, 3, 11, 11)], dict(strides=[4, 5], pads=[2, 2, 2, 2])),
+    ("Conv", [(2, 16, 7, 7), (20, 16, 1, 1), (20,)], {}),
+    ("Conv", [(1, 8, 9, 9), (12, 8, 1, 1)], dict(strides=[2, 2])),
+    ("Conv", [(1, 6, 12, 19), (6, 1, 3, 3), (6,)], dict(group=6, pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 6, 12, 19), (12, 2, 3, 5)], dict(group=3, dilations=[2, 3],
+                                                     auto_pad="SAME_UPPER")),
+    ("Conv", [(1, 3, 9, 10), (5, 3, 3, 2)], dict(auto_pad="SAME_LOWER", strides=[2, 3])),
+    ("Conv", [(1, 3, 9, 10), (5, 3, 3, 2)], dict(auto_pad="VALID", strides=[2, 1])),
+    ("Conv", [(2, 4, 33), (5, 4, 3), (5,)], dict(pads=[2, 1])),
+    ("Conv", [(1, 4, 40), (4, 1, 5)], dict(group=4, strides=[2], dilations=[2],
+                                           auto_pad="SAME_UPPER")),
+    ("Conv", [(1, 2, 5, 6, 7), (3, 2, 2, 3, 2), (3,)], dict(pads=[1, 0, 1, 0, 1, 1],
+                                                         strides=[1, 2, 2])),
+    ("Conv", [(1, 3, 4, 9, 18), (5, 3, 3, 3, 3)], dict(pads=[1, 1, 1, 1, 1, 1])),
+    ("Conv", [(1, 1, 1, 1), (3, 1, 1, 1), (3,)], {}),
+    ("Conv", [(1, 2, 3, 3), (2, 2, 5, 5)], dict(pads=[2, 2, 2, 2])),
+]
+CONV_TRANSPOSE = [
+    ("ConvTranspose", [(2, 4, 5, 6), (4, 3, 3, 3), (6,)],
+     dict(group=2, strides=[2, 1], pads=[1, 0, 0, 1], dilations=[1, 2], output_padding=[1, 0])),
+    ("ConvTranspose", [(1, 3, 5, 6), (3, 2, 3, 3)], dict(strides=[2, 2], output_shape=[10, 13])),
+    ("ConvTranspose", [(1, 3, 5, 6), (3, 2, 3, 3)], dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("ConvTranspose", [(1, 3, 7), (3, 2, 4), (2,)], dict(strides=[3], pads=[1, 2])),
+    ("ConvTranspose", [(1, 2, 3, 4, 3), (2, 2, 2, 3, 2)], dict(strides=[2, 1, 2])),
+]
+POOL = [
+    ("MaxPool", [(2, 3, 9, 10)], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", [(2, 3, 9, 10)], dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", [(1, 3, 8, 11)], dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 0, 1],
+                                      ceil_mode=1, dilations=[2, 1])),
+    ("MaxPool", [(1, 2, 17)], dict(kernel_shape=[4], auto_pad="SAME_LOWER", strides=[3])),
+    ("MaxPool", [(1, 2, 5, 7, 6)], dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2],
+                                        pads=[1, 1, 0, 0, 1, 1])),
+    ("AveragePool", [(2, 3, 9, 10)], dict(kernel_shape=[3, 3], strides=[2, 2],
+                                          pads=[1, 1, 2, 2], ceil_mode=1)),
+    ("AveragePool", [(2, 3, 9, 10)], dict(kernel_shape=[3, 3], strides=[2, 2],
+                                          pads=[1, 1, 2, 2], ceil_mode=1, count_include_pad=1)),
+    ("AveragePool", [(1, 4, 9)], dict(kernel_shape=[4], strides=[3], pads=[1, 2],
+                                      count_include_pad=1)),
+    ("AveragePool", [(1, 3, 9, 10)], dict(kernel_shape=[3, 2], auto_pad="SAME_UPPER",
+                                          strides=[2, 2])),
+    ("AveragePool", [(1, 2, 4, 6, 5)], dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+    ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                                     p=3)),
+    ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("LpPool", [(1, 3, 7)], dict(kernel_shape=[3], p=1)),
+    ("GlobalAveragePool", [(2, 3, 5, 6)], {}),
+    ("GlobalMaxPool", [(2, 3, 5, 6, 2)], {}),
+    ("GlobalLpPool", [(1, 3, 7)], dict(p=2)),
+    ("LRN", [(2, 7, 4, 5)], dict(size=3, alpha=0.01, beta=0.75, bias=2.0)),
+    ("LRN", [(1, 10, 3, 11)], dict(size=4, alpha=0.1, beta=0.5)),
+    ("LRN", [(1, 5, 2, 2)], dict(size=5)),
+]
+
+
+def _flow(cases, dtype, indices=False):
+    flow = myelin.Flow()
+    for i, (op_type, shapes, attrs) in enumerate(cases):
+        f = myelin.Builder(flow, f"f{i}")
+        inputs = [f.var(f"x{k}", dtype, shape) for k, shape in enumerate(shapes)]
+        if indices and op_type == "MaxPool":
+            attrs = dict(attrs, indices=True)
+        f.op(op_type, inputs, None, attrs)
+    return flow
+
+
+def _check(cases, dtype, features, indices=False):
+    rng = np.random.default_rng()
+    flow = _flow(cases, dtype, indices)
+    inputs = {name: {var: random_array(rng, dtype, var.shape) for var in func.ops[0].inputs}
+              for name, func in flow.funcs.items()}
+    run_and_compare(flow, inputs, TOLERANCE[dtype], features)
+
+
+@pytest.mark.parametrize("dtype,features", [("float32", p) for p in PRESETS]
+                         + [("float64", p) for p in dict.fromkeys(["host", PRESETS[0]])])
+def test_conv(dtype, features):
+    _check(CONV, dtype, features)
+
+
+@pytest.mark.parametrize("features", ["host", "sse"])
+def test_conv_transpose(features):
+    _check(CONV_TRANSPOSE, "float32", features)
+    if features == "host":
+        _check(CONV_TRANSPOSE, "float64", features)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+def test_pools_and_lrn(features):
+    _check(POOL, "float32", features)
+
+
+def test_pools_float64_and_max_pool_indices():
+    _check(POOL, "float64", "host")
+    _check([case for case in POOL if case[0] == "MaxPool"], "float32", "host", indices=True)
+    _check([("MaxPool", [(2, 3, 8, 11)], dict(kernel_shape=[3, 2], strides=[2, 3], ceil_mode=1,
+                                              storage_order=1)),
+            ("MaxPool", [(1, 2, 5, 7, 6)], dict(kernel_shape=[2, 3, 2], storage_order=1))],
+           "float32", "host", indices=True)
+
+
+def test_larger_conv_sizes():
+    """Sizes where every tile shape of the kernel is used: wide, single and half vectors,
+    remainder channel rows and border columns."""
+    cases = [("Conv", [(1, 13, 30, 71), (10, 13, 3, 3), (10,)], dict(pads=[1, 1, 1, 1])),
+             ("Conv", [(1, 8, 31, 64), (9, 8, 3, 3)], dict(strides=[2, 2], pads=[0, 1, 1, 0])),
+             ("Conv", [(1, 24, 14, 14), (24, 24, 1, 1), (24,)], {})]
+    _check(cases, "float32", "host")
+
+
+# Batch normalization folded into a Conv.
+def _conv_bn(f, rng, bias=True, channels=6, extra_use=False):
+    x = f.var("x", "float32", [1, 3, 9, 11])
+    w = f.array("W", rng.standard_normal((channels, 3, 3, 3)).astype(np.float32))
+    inputs = [x, w]
+    if bias:
+        inputs.append(f.array("B", rng.standard_normal(channels).astype(np.float32)))
+    conv = f.op("Conv", inputs, None, {"pads": [1, 1, 1, 1]})
+    params = [f.array(name, value.astype(np.float32)) for name, value in [
+        ("scale", rng.uniform(0.5, 2, channels)), ("shift", rng.standard_normal(channels)),
+        ("mean", rng.standard_normal(channels)), ("var", rng.uniform(0.5, 2, channels))]]
+    y = f.relu(f.op("BatchNormalization", [conv] + params, None, {"epsilon": 1e-3}), name="y")
+    if extra_use:
+        f.neg(conv, name="z")
+    return y
+
+
+def _build(**options):
+    flow = myelin.Flow()
+    _conv_bn(myelin.Builder(flow, "f"), np.random.default_rng(0), **options)
+    flow.infer_inputs_and_outputs()
+    return flow
+
+
+def _types(flow):
+    return [op.type for op in flow.order(flow.funcs["f"])]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batch_norm_folds_into_conv(bias):
+    before, after = _build(bias=bias), _build(bias=bias)
+    ctx = Context()
+    assert simplify_inference(after, ctx)
+    assert _types(after) == ["Conv", "Mul", "Add", "Relu"]
+    assert fold_scale_axis(after, ctx)
+    after.verify()
+    assert _types(after) == ["Conv", "Relu"]
+    (conv,) = [op for op in after.funcs["f"].ops if op.type == "Conv"]
+    assert len(conv.inputs) == 3 and all(v.constant for v in conv.inputs[1:])
+    rng = np.random.default_rng()
+    for _ in range(2):
+        x = rng.uniform(-2, 2, (1, 3, 9, 11)).astype(np.float32)
+        want = myelin.reference.run(before, "f", {"f/x": x})["f/y"]
+        got = myelin.reference.run(after, "f", {"f/x": x})["f/y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_stays_when_the_conv_output_has_another_use():
+    flow = _build(extra_use=True)
+    ctx = Context()
+    simplify_inference(flow, ctx)
+    fold_scale_axis(flow, ctx)
+    assert "Mul" in _types(flow) and "Add" in _types(flow)
+
+
+def test_compiled_conv_batch_norm_matches_reference():
+    """The whole pipeline (BN folded, Conv compiled) against the reference on the original."""
+    flow = _build()
+    rng = np.random.default_rng()
+    x = flow.vars["f/x"]
+    net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", x.shape)}},
+                          TOLERANCE["float32"])
+    assert [step.type for step in net.cell("f").steps if not step.noop][0] == "Conv"
+    assert not any(step.type == "BatchNormalization" for step in net.cell("f").steps)
