@@ -1,0 +1,27 @@
+"""ONNX import: models in, flows and compiled models out.
+
+``load(model)`` gives an :class:`OnnxModel` that compiles on first run (or at once, given
+``input_shapes``) and caches compiled code per input signature; ``import_model(model, shapes)``
+gives the flow for one signature. ``supported_ops()`` lists the ONNX op types that convert.
+Needs the ``onnx`` package (``pip install myelin[onnx]``).
+"""
+
+from myelin.importers.onnx.converters import supported as supported_ops
+from myelin.importers.onnx.importer import ImportedGraph, check_supported, import_graph
+from myelin.importers.onnx.model import OnnxModel
+from myelin.importers.onnx.proto import load as load_proto
+
+
+def load(model, input_shapes=None, **compiler_options):
+    """An :class:`OnnxModel` for ``model`` (a path, bytes or ModelProto)."""
+    return OnnxModel(model, input_shapes, **compiler_options)
+
+
+def import_model(model, shapes=None, values=None):
+    """The :class:`ImportedGraph` (flow and name maps) of ``model`` for the given input
+    shapes and values."""
+    return import_graph(load_proto(model), shapes, values)
+
+
+__all__ = ["ImportedGraph", "OnnxModel", "check_supported", "import_model", "load",
+           "supported_ops"]

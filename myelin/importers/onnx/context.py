@@ -1,0 +1,159 @@
+"""What a converter sees of the ONNX node it converts: inputs, attributes, constant values,
+and a way to add myelin ops (folded at once when all their inputs are constants)."""
+
+import numpy as np
+
+from myelin.errors import ShapeError, UnsupportedTypeError
+from myelin.flow import dtypes
+from myelin.optimize import fold
+
+# Constants computed while importing may be as large as this (the weights of light models
+# are built by ConstantOfShape); larger results stay ops and are computed at run time.
+_FOLD_LIMIT = 1 << 30
+_REQUIRED = object()
+
+
+class Sequence(tuple):
+    """An ONNX sequence value: the variables of its tensors, in order. Positions and lengths
+    are known at import time, so sequence ops only rearrange these variables."""
+
+
+class NeedsInputValues(Exception):
+    """A converter needs the value of a tensor computed from these graph inputs (a shape,
+    axes, pads given as an input): the importer specializes the model on their values."""
+
+    def __init__(self, names):
+        self.names = frozenset(names)
+        super().__init__(f"needs the values of graph inputs {sorted(self.names)}")
+
+
+class NodeContext:
+    """One ONNX node during conversion.
+
+    ``opset`` is the model's ai.onnx opset version; ``attrs`` the node's attributes as Python
+    values; ``b`` the flow Builder of the imported function.
+    """
+
+    def __init__(self, importer, node, attrs, inputs):
+        self.importer = importer
+        self.node = node
+        self.attrs = attrs
+        self.opset = importer.opset
+        self.b = importer.builder
+        self._inputs = inputs
+
+    @property
+    def name(self):
+        return self.node.name or self.node.output[0]
+
+    @property
+    def op_type(self):
+        return self.node.op_type
+
+    @property
+    def num_outputs(self):
+        """The number of outputs the node declares (trailing optional ones may be "")."""
+        return len(self.node.output)
+
+    def error(self, message):
+        """A ShapeError about this node."""
+        return ShapeError(f"node {self.name} ({self.op_type}): {message}")
+
+    # Inputs.
+    def __len__(self):
+        return len(self._inputs)
+
+    def has(self, index):
+        """True if optional input ``index`` is given."""
+        return index < len(self._inputs) and self._inputs[index] is not None
+
+    def input(self, index):
+        """The Variable of input ``index``; an absent required input raises ShapeError, a
+        sequence UnsupportedTypeError."""
+        if not self.has(index):
+            raise self.error(f"input {index} is missing")
+        return self._tensor(index)
+
+    @property
+    def inputs(self):
+        """The given inputs (absent optional ones left out)."""
+        return [self._tensor(i) for i, var in enumerate(self._inputs) if var is not None]
+
+    def sequence(self, index):
+        """The :class:`Sequence` of input ``index``; a tensor raises ShapeError."""
+        value = self._inputs[index] if index < len(self._inputs) else None
+        if not isinstance(value, Sequence):
+            raise self.error(f"input {index} must be a sequence, not "
+                             f"{'missing' if value is None else 'a tensor'}")
+        return value
+
+    def _tensor(self, index):
+        value = self._inputs[index]
+        if isinstance(value, Sequence):
+            raise UnsupportedTypeError(f"node {self.name} ({self.op_type}): input {index} is a "
+                                       f"sequence, which myelin supports only in sequence ops")
+        return value
+
+    def value(self, index, default=None):
+        """The constant value of input ``index`` as a NumPy array (``default`` if absent).
+
+        A value computed from graph inputs makes the importer specialize on those inputs'
+        values (NeedsInputValues); one computed from run-time results is a ShapeError.
+        """
+        if not self.has(index):
+            return default
+        var = self._tensor(index)
+        if var.data is None:
+            sources = self.importer.graph_inputs_feeding(var)
+            if sources:
+                raise NeedsInputValues(sources)
+            raise self.error(f"input {index} ({var.name}) must be known at compile time")
+        return var.data
+
+    def ints(self, index, default=None):
+        """The constant int vector input ``index`` as a list (``default`` if absent)."""
+        value = self.value(index)
+        return default if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    def attr(self, name, default=_REQUIRED):
+        """The value of attribute ``name``; a missing required attribute raises ShapeError."""
+        if name in self.attrs:
+            return self.attrs[name]
+        if default is _REQUIRED:
+            raise self.error(f"attribute {name} is required")
+        return default
+
+    # Building.
+    def const(self, value, dtype=None):
+        """A constant variable from a number or array (of ``dtype`` if given)."""
+        return self.b.const(np.asarray(value), dtype)
+
+    def op(self, op_type, inputs, attrs=None, outputs=1):
+        """Add a myelin op; returns its output variable (a list if ``outputs`` > 1).
+
+        Attributes whose value is None are left out. An op that reads only constants is
+        evaluated at once, its outputs becoming constants.
+        """
+        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        op = self.b._make(op_type, list(inputs), attrs=attrs)
+        results = list(op.outputs)
+        arrays = fold.evaluate(op, _FOLD_LIMIT)
+        if arrays is not None:
+            fold.replace_by_constants(self.b.flow, op, arrays)
+        if outputs == 1 and len(results) == 1:
+            return results[0]
+        return results
+
+    def cast(self, var, dtype):
+        """``var`` converted to ``dtype`` (itself if it already is)."""
+        if var.dtype == dtypes.canonical(dtype):
+            return var
+        return self.op("Cast", [var], {"dtype": dtypes.canonical(dtype)})
+
+    def reshape(self, var, shape):
+        """``var`` in ``shape`` (itself if it already has it)."""
+        shape = tuple(int(d) for d in shape)
+        if var.shape == shape:
+            return var
+        return self.op("Reshape", [var], {"shape": list(shape)})
+

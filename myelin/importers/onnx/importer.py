@@ -1,0 +1,236 @@
+"""ONNX graph to flow: initializers become constants, graph inputs become input variables of
+concrete shape, and each node becomes the myelin ops its converter emits.
+
+The imported flow is specialized: every dimension is concrete (taken from the caller's shapes
+or the actual inputs), and graph inputs whose *values* a converter needs (a Reshape's shape,
+Slice's starts, ... given as graph inputs) become constants. :func:`import_graph` finds those
+inputs by importing, and re-importing with their values when a converter asks for them.
+"""
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from myelin.errors import InputError, ShapeError, UnsupportedOpError, UnsupportedTypeError
+from myelin.flow import Flow, dtypes
+from myelin.flow.builder import Builder
+from myelin.importers.onnx import converters, proto
+from myelin.importers.onnx.context import NeedsInputValues, NodeContext, Sequence
+
+log = logging.getLogger("myelin.onnx")
+
+
+@dataclasses.dataclass
+class Signature:
+    """The name, type and shape of one graph input or output of an imported flow."""
+
+    name: str        # the ONNX name
+    var: str | None  # the flow variable's name (None for an empty output, which has none)
+    dtype: str
+    shape: tuple
+
+
+@dataclasses.dataclass
+class ImportedGraph:
+    """A flow specialized for one input signature, and how its names map to the model's."""
+
+    flow: Flow
+    func: str
+    inputs: list           # Signature per graph input the flow reads at run time
+    outputs: list          # Signature per graph output
+    specialized: dict      # graph input name -> the value the flow was specialized on
+
+
+def check_supported(model):
+    """Raise UnsupportedTypeError for a graph input or output of a type myelin lacks, then
+    UnsupportedOpError listing every node (type, opset, name) without a converter."""
+    for info in list(model.graph.input) + list(model.graph.output):
+        proto.value_type(info)
+    version = proto.opset(model)
+    missing = []
+    for node in model.graph.node:
+        if converters.find(node.op_type, node.domain) is None:
+            domain = node.domain or "ai.onnx"
+            missing.append((f"{node.op_type} (opset {version}, domain {domain})",
+                            node.name or node.output[0]))
+    if missing:
+        by_type = {}
+        for op_type, name in missing:
+            by_type.setdefault(op_type, []).append(name)
+        listed = "; ".join(f"{t}: {', '.join(names)}" for t, names in by_type.items())
+        raise UnsupportedOpError(f"the model uses ops myelin does not support: {listed}",
+                                 [name for _, name in missing])
+
+
+def import_graph(model, shapes=None, values=None, specialize=(), func="main"):
+    """Import ``model`` (a ModelProto) into a new flow.
+
+    ``shapes`` maps input names to concrete shapes; ``values`` maps input names to arrays
+    (their shapes count as given). ``specialize`` names inputs to import as constants of their
+    values from the start. Returns an :class:`ImportedGraph`.
+    """
+    check_supported(model)
+    shapes = dict(shapes or {})
+    values = dict(values or {})
+    for name, value in values.items():
+        shapes.setdefault(name, np.shape(value))
+    specialize = set(specialize)
+    while True:
+        try:
+            return _GraphImporter(model, shapes, values, specialize, func).run()
+        except NeedsInputValues as needed:
+            missing = sorted(needed.names - values.keys())
+            if missing:
+                raise InputError(f"the model uses the values of inputs {missing} as shapes or "
+                                 f"parameters: pass their values to compile it") from None
+            log.info("specializing on the values of inputs %s", sorted(needed.names))
+            specialize |= needed.names
+
+
+class _GraphImporter:
+    def __init__(self, model, shapes, values, specialize, func):
+        self.model = model
+        self.graph = model.graph
+        self.opset = proto.opset(model)
+        self.shapes = shapes
+        self.values = values
+        self.specialize = specialize
+        self.flow = Flow()
+        self.builder = Builder(self.flow, func)
+        self.vars = {}              # ONNX value name -> Variable
+        self.graph_inputs = {}      # Variable id -> ONNX input name
+
+    def run(self):
+        initializers = {t.name: t for t in self.graph.initializer}
+        for tensor in self.graph.initializer:
+            self._define(tensor.name, self.builder.const(proto.to_array(tensor)))
+        inputs, specialized = [], {}
+        for info in self.graph.input:
+            if info.name in initializers:
+                continue
+            if info.name in self.specialize:
+                value = self._input_value(info)
+                specialized[info.name] = value
+                self._define(info.name, self.builder.const(value))
+                continue
+            dtype, shape = self._input_type(info)
+            var = self.builder.var(info.name, dtype, shape)
+            var.is_input = True
+            self.graph_inputs[id(var)] = info.name
+            self._define(info.name, var)
+            inputs.append(Signature(info.name, var.name, dtype, shape))
+        for node in self.graph.node:
+            self._convert(node)
+        outputs = [self._output(info) for info in self.graph.output]
+        return ImportedGraph(self.flow, self.builder.func.name, inputs, outputs, specialized)
+
+    # Values.
+    def _define(self, name, var):
+        """Bind ONNX value ``name`` to ``var``; the variable is renamed after it, or gets it
+        as an alias when it already stands for another value. A Sequence is bound as it is."""
+        if name in self.vars:
+            raise ShapeError(f"ONNX value {name!r} is defined twice")
+        if isinstance(var, Sequence):
+            self.vars[name] = var
+            return
+        shared = any(existing is var for existing in self.vars.values())
+        self.vars[name] = var
+        wanted = self.builder._name(name)
+        if var.name == wanted or self.flow.var_named(wanted) is not None:
+            return
+        if shared or var.is_input:
+            self.flow.add_alias(var, wanted)
+        else:
+            self.flow.rename_var(var, wanted)
+
+    def _input_type(self, info):
+        dtype, declared = proto.value_type(info)
+        given = self.shapes.get(info.name)
+        if info.name in self.values:
+            actual = dtypes.from_numpy(np.asarray(self.values[info.name]).dtype)
+            if actual != dtype:
+                raise InputError(f"input {info.name} is {dtype}, got an array of {actual}")
+        if given is not None:
+            given = tuple(int(d) for d in given)
+            if declared is not None and (len(given) != len(declared) or any(
+                    isinstance(d, int) and d != g for d, g in zip(declared, given))):
+                raise InputError(f"input {info.name} has shape {list(given)}, the model "
+                                 f"declares {_shape_text(declared)}")
+            return dtype, given
+        if declared is None or any(not isinstance(d, int) for d in declared):
+            raise InputError(f"input {info.name} has dynamic shape {_shape_text(declared)}: "
+                             f"give its shape or a value")
+        return dtype, declared
+
+    def _input_value(self, info):
+        dtype, _ = proto.value_type(info)
+        value = np.asarray(self.values[info.name])
+        if dtypes.from_numpy(value.dtype) != dtype:
+            raise InputError(f"input {info.name} is {dtype}, got an array of {value.dtype}")
+        return value
+
+    def graph_inputs_feeding(self, var):
+        """Names of the graph inputs that ``var`` is computed from."""
+        found, seen, stack = set(), set(), [var]
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if id(current) in self.graph_inputs:
+                found.add(self.graph_inputs[id(current)])
+            elif current.producer is not None:
+                stack.extend(current.producer.inputs)
+        return found
+
+    # Nodes.
+    def _convert(self, node):
+        inputs = []
+        for name in node.input:
+            if not name:
+                inputs.append(None)
+            elif name in self.vars:
+                inputs.append(self.vars[name])
+            else:
+                raise ShapeError(f"node {node.name or node.output[0]} ({node.op_type}) reads "
+                                 f"{name!r}, which no earlier node or input defines")
+        ctx = NodeContext(self, node, proto.attributes(node), inputs)
+        convert = converters.find(node.op_type, node.domain)
+        results = convert(ctx)
+        if isinstance(results, Sequence) or not isinstance(results, (list, tuple)):
+            results = [results]
+        for name, var in zip(node.output, results):
+            if name:
+                self._define(name, var)
+        wanted = [name for name in node.output if name]
+        if len(results) < len(node.output) and any(node.output[len(results):]):
+            raise ShapeError(f"node {ctx.name} ({node.op_type}): {len(wanted)} outputs are "
+                             f"used, the converter gives {len(results)}")
+
+    def _output(self, info):
+        if info.name not in self.vars:
+            raise ShapeError(f"graph output {info.name!r} is not computed by any node")
+        var = self.vars[info.name]
+        if isinstance(var, Sequence):
+            raise UnsupportedTypeError(f"graph output {info.name!r} is a sequence: myelin "
+                                       f"supports sequences only inside a graph")
+        dtype, _ = proto.value_type(info)
+        if 0 in var.shape:
+            # Empty outputs need no code: the model returns an empty array of their shape.
+            return Signature(info.name, None, dtype, var.shape)
+        if var.producer is None or var.is_input:
+            # A graph output must be an instance tensor of its own: copy inputs and constants.
+            var = self.builder.op("Identity", [var])
+            self.flow.add_alias(var, self.builder._name(info.name) + ":output")
+        var.is_output = True
+        if dtype != var.dtype:
+            raise ShapeError(f"graph output {info.name} is {var.dtype}, the model declares "
+                             f"{dtype}")
+        return Signature(info.name, var.name, var.dtype, var.shape)
+
+
+def _shape_text(shape):
+    if shape is None:
+        return "of unknown rank"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

@@ -1,0 +1,166 @@
+"""A compiled ONNX model: compiled per input signature, cached, run from NumPy arrays.
+
+The code myelin generates is specialized to concrete shapes. :class:`OnnxModel` compiles the
+model for the shapes (and dtypes) of the inputs it is given, plus the values of inputs the
+graph uses as shapes, keeps the result per signature, and logs every compile with its reason
+(first run, new batch size, ...). Each signature has one instance, guarded by a lock, so a model
+can be called from several threads.
+"""
+
+import dataclasses
+import logging
+import threading
+import time
+
+import numpy as np
+
+from myelin.errors import InputError
+from myelin.flow import dtypes
+from myelin.importers.onnx import importer, proto
+
+log = logging.getLogger("myelin.onnx")
+
+
+@dataclasses.dataclass
+class _Compiled:
+    imported: importer.ImportedGraph
+    network: object
+    cell: object
+    instance: object
+    lock: threading.Lock
+    seconds: float
+
+
+class OnnxModel:
+    """An ONNX model compiled on demand for each input signature.
+
+    ``model`` is a path, bytes or ModelProto. ``input_shapes`` (name -> shape) fixes dynamic
+    dimensions and compiles at once; otherwise the first :meth:`run` compiles for its inputs.
+    ``compiler_options`` go to :class:`myelin.Compiler`.
+    """
+
+    def __init__(self, model, input_shapes=None, **compiler_options):
+        self.proto = proto.load(model)
+        importer.check_supported(self.proto)
+        self.compiler_options = compiler_options
+        self.input_names = [i.name for i in self.proto.graph.input
+                            if i.name not in {t.name for t in self.proto.graph.initializer}]
+        self.output_names = [o.name for o in self.proto.graph.output]
+        self._value_inputs = set()     # inputs the graph reads as shapes or parameters
+        self._compiled = {}
+        self._lock = threading.Lock()
+        self.compiles = []             # (signature, reason, seconds) per compile
+        if input_shapes is not None:
+            self._compile(dict(input_shapes), {}, "shapes given at load time")
+
+    @property
+    def flow(self):
+        """The imported flow of the most recent compile (before optimization)."""
+        if not self.compiles:
+            raise InputError("the model has not been compiled yet")
+        return self._compiled[self.compiles[-1][0]].imported.flow
+
+    def network(self, signature=None):
+        """The compiled Network of ``signature`` (default: the most recent compile)."""
+        return self._compiled[signature or self.compiles[-1][0]].network
+
+    def run(self, inputs):
+        """Compute the outputs for ``inputs`` (a dict by name, or a list in input order);
+        returns a list of arrays in output order (fresh copies)."""
+        feeds = self._feeds(inputs)
+        compiled = self._lookup(feeds)
+        data = compiled.instance
+        with compiled.lock:
+            for signature in compiled.imported.inputs:
+                value = feeds[signature.name]
+                if value.size and signature.var in compiled.cell:
+                    data[signature.var] = value
+            data.compute()
+            return [self._fetch(data, s) for s in compiled.imported.outputs]
+
+    __call__ = run
+
+    # Signatures.
+    def _feeds(self, inputs):
+        if isinstance(inputs, dict):
+            unknown = set(inputs) - set(self.input_names)
+            if unknown:
+                raise InputError(f"the model has no inputs {sorted(unknown)}; its inputs are "
+                                 f"{self.input_names}")
+            missing = [name for name in self.input_names if name not in inputs]
+            if missing:
+                raise InputError(f"missing inputs {missing}")
+            return {name: np.asarray(inputs[name]) for name in self.input_names}
+        inputs = list(inputs)
+        if len(inputs) != len(self.input_names):
+            raise InputError(f"the model takes {len(self.input_names)} inputs "
+                             f"({self.input_names}), got {len(inputs)}")
+        return {name: np.asarray(value) for name, value in zip(self.input_names, inputs)}
+
+    def _signature(self, feeds):
+        parts = []
+        for name in self.input_names:
+            value = feeds[name]
+            part = (name, value.dtype.str, value.shape)
+            if name in self._value_inputs:
+                part += (value.tobytes(),)
+            parts.append(part)
+        return tuple(parts)
+
+    def _lookup(self, feeds):
+        signature = self._signature(feeds)
+        compiled = self._compiled.get(signature)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(signature)
+                if compiled is None:
+                    reason = self._reason(feeds)
+                    shapes = {name: value.shape for name, value in feeds.items()}
+                    compiled = self._compile(shapes, feeds, reason)
+        return compiled
+
+    def _reason(self, feeds):
+        if not self._compiled:
+            return "first run"
+        previous = self._compiled[self.compiles[-1][0]].imported
+        changes = []
+        for s in previous.inputs:
+            value = feeds[s.name]
+            if tuple(value.shape) != tuple(s.shape):
+                changes.append(f"{s.name} shape {list(s.shape)} -> {list(value.shape)}")
+        for name, old in previous.specialized.items():
+            if not np.array_equal(old, feeds[name]):
+                changes.append(f"value of {name} changed")
+        return "; ".join(changes) or "new input signature"
+
+    def _compile(self, shapes, feeds, reason):
+        from myelin.compiler import Compiler
+
+        start = time.perf_counter()
+        imported = importer.import_graph(self.proto, shapes, feeds, self._value_inputs)
+        self._value_inputs |= set(imported.specialized)
+        # Inputs found to be read as values are now part of the signature.
+        signature = self._signature(feeds) if feeds else _shape_signature(imported)
+        network = Compiler(**self.compiler_options).compile(imported.flow)
+        cell = network.cell(imported.func)
+        seconds = time.perf_counter() - start
+        compiled = _Compiled(imported, network, cell, cell.instance(), threading.Lock(), seconds)
+        self._compiled[signature] = compiled
+        self.compiles.append((signature, reason, seconds))
+        log.info("compiled %s in %.3f s (%s)", _describe(imported), seconds, reason)
+        return compiled
+
+    @staticmethod
+    def _fetch(data, signature):
+        if 0 in signature.shape:
+            return np.empty(signature.shape, dtypes.to_numpy(signature.dtype))
+        return np.array(data.tensor(signature.var).numpy()).reshape(signature.shape)
+
+
+def _shape_signature(imported):
+    return tuple((s.name, dtypes.to_numpy(s.dtype).str, tuple(s.shape)) for s in imported.inputs)
+
+
+def _describe(imported):
+    return ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in imported.inputs) or \
+        "no inputs"

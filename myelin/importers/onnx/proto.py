@@ -1,0 +1,122 @@
+"""Reading ONNX protobufs: models from paths, bytes or ModelProtos, tensors, types, attributes.
+
+Everything that knows the layout of ONNX's protobuf messages lives here, so the converters see
+NumPy arrays, myelin type names and plain Python attribute values.
+"""
+
+import os
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from myelin.errors import FlowFormatError, UnsupportedTypeError
+from myelin.flow import dtypes
+
+# ONNX TensorProto element types myelin computes with, by their myelin names.
+_TYPES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.BOOL: "bool",
+}
+_ONNX_TYPES = {name: code for code, name in _TYPES.items()}
+
+
+def load(model):
+    """A ModelProto from a path (external data files next to it are read), bytes or a
+    ModelProto; raises FlowFormatError for anything that does not parse."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except Exception as exc:  # protobuf raises its own DecodeError types
+            raise FlowFormatError(f"not an ONNX model: {exc}") from None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no ONNX model at {path}")
+        try:
+            return onnx.load(path, load_external_data=True)
+        except Exception as exc:
+            raise FlowFormatError(f"{path} is not an ONNX model: {exc}") from None
+    raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def opset(model, domain=""):
+    """The opset version the model imports for ``domain`` ("" is the default ai.onnx)."""
+    for entry in model.opset_import:
+        if entry.domain in (domain, "ai.onnx" if domain == "" else domain):
+            return entry.version
+    return 1 if domain == "" else None
+
+
+def dtype_of(code, where):
+    """The myelin type name of ONNX element type ``code``; UnsupportedTypeError if there is
+    none. ``where`` names the value for the message."""
+    try:
+        return _TYPES[code]
+    except KeyError:
+        name = onnx.TensorProto.DataType.Name(code) if code in onnx.TensorProto.DataType.values() \
+            else str(code)
+        raise UnsupportedTypeError(f"{where} has data type {name}, which myelin does not "
+                                   f"support") from None
+
+
+def onnx_dtype(name):
+    """The ONNX element type code of myelin type ``name``."""
+    return _ONNX_TYPES[dtypes.canonical(name)]
+
+
+def to_array(tensor, base_dir=None):
+    """A TensorProto as a NumPy array of its myelin type."""
+    dtype_of(tensor.data_type, f"tensor {tensor.name!r}")
+    return np.asarray(numpy_helper.to_array(tensor, base_dir or ""))
+
+
+def value_type(info):
+    """(myelin type, shape) of a ValueInfoProto; unknown dimensions are None (symbolic) or -1."""
+    kind = info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        what = kind.removesuffix("_type").replace("_", " ") if kind else "value of no type"
+        raise UnsupportedTypeError(f"graph value {info.name!r} is a {what}, not a tensor: myelin "
+                                   f"takes and gives only tensors (sequences are supported "
+                                   f"only inside a graph)")
+    tensor = info.type.tensor_type
+    dtype = dtype_of(tensor.elem_type, f"graph value {info.name!r}")
+    if not tensor.HasField("shape"):
+        return dtype, None
+    shape = []
+    for dim in tensor.shape.dim:
+        if dim.HasField("dim_value"):
+            shape.append(int(dim.dim_value))
+        else:
+            shape.append(dim.dim_param or None)
+    return dtype, tuple(shape)
+
+
+def attributes(node):
+    """The node's attributes as a dict of Python values (ints, floats, strs, lists, arrays)."""
+    values = {}
+    for attr in node.attribute:
+        if attr.ref_attr_name:
+            raise UnsupportedTypeError(f"node {node.name!r} ({node.op_type}): attribute "
+                                       f"{attr.name} refers to a function attribute")
+        value = onnx.helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif isinstance(value, onnx.TensorProto):
+            value = to_array(value)
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8") for v in value]
+        values[attr.name] = value
+    return values
