@@ -168,6 +168,11 @@ def _logs(dtype, lo_exp, hi_exp, n=_N // 4):
     return (10.0 ** np.linspace(lo_exp, hi_exp, n)).astype(dtype)
 
 
+def _random(dtype, lo, hi, n=_N // 4):
+    """Fresh uniform samples in [lo, hi] (a new draw every session; failures print the input)."""
+    return np.random.default_rng().uniform(lo, hi, n).astype(dtype)
+
+
 def _both_signs(x):
     return np.concatenate([x, -x])
 
@@ -252,17 +257,21 @@ SPECS = {
                                   _grid(d, -0.999, 3)),),
                   np.log1p),
     "tanh": Spec(mathlib.tanh,
-                 lambda d: (_cat(_grid(d, -20, 20), _both_signs(_logs(d, -30, 0))),),
+                 lambda d: (_cat(_grid(d, -20, 20), _both_signs(_logs(d, -30, 0)),
+                                 _random(d, -12, 12), _both_signs(_random(d, 8, 10))),),
                  np.tanh),
     "sigmoid": Spec(mathlib.sigmoid,
-                    lambda d: (_cat(_grid(d, -20, 20), _grid(d, -100, 100, 10_000)),),
+                    lambda d: (_cat(_grid(d, -20, 20), _grid(d, -100, 100, 10_000),
+                                    _random(d, -110, 30)),),
                     _sigmoid_ref),
     "erf": Spec(mathlib.erf,
                 lambda d: (_cat(_grid(d, -20, 20), _grid(d, -4, 4),
                                 _both_signs(_logs(d, -30, 0))),),
                 _erf_ref),
     "erfc": Spec(mathlib.erfc,
-                 lambda d: (_grid(d, *_by_dtype(d, (-5, 10), (-6, 27))),),
+                 lambda d: (_cat(_grid(d, *_by_dtype(d, (-5, 10), (-6, 27))),
+                                 _random(d, -3, 3), _random(d, *_by_dtype(d, (3, 10), (3, 27))),
+                                 _both_signs(_logs(d, -30, 0))),),
                  _erfc_ref),
     "sin": Spec(mathlib.sin,
                 lambda d: (_cat(_grid(d, -100, 100), _grid(d, -1e5, 1e5, _N // 4),
@@ -307,10 +316,12 @@ SPECS = {
                         lambda x: -np.logaddexp(0, -x)),
     "gelu_erf": Spec(mathlib.gelu_erf,
                      lambda d: (_cat(_grid(d, -_by_dtype(d, 14, 38), 10),
-                                     _both_signs(_logs(d, -30, 0))),),
+                                     _both_signs(_logs(d, -30, 0)), _random(d, -10, -3),
+                                     _random(d, -_by_dtype(d, 14, 38), 20)),),
                      lambda x: 0.5 * x * _erfc_ref(-x / np.sqrt(x.dtype.type(2)))),
     "gelu_tanh": Spec(mathlib.gelu_tanh,
-                      lambda d: (_cat(_grid(d, -10, 10), _both_signs(_logs(d, -30, 0))),),
+                      lambda d: (_cat(_grid(d, -10, 10), _both_signs(_logs(d, -30, 0)),
+                                      _random(d, -10, -3), _random(d, -10, 20)),),
                       _gelu_tanh_ref, tol=(1e-6, 5e-14)),
     "pow": Spec(mathlib.pow, _pow_samples, np.power, tol=(1e-6, 1e-12)),
     "atan2": Spec(mathlib.atan2, _atan2_samples, np.arctan2),
@@ -443,12 +454,12 @@ SPECIAL = {
     "log2": [(0.0, -_INF), (-1.0, _NAN), (_INF, _INF), (8.0, 3.0), (0.25, -2.0)],
     "log1p": [(-1.0, -_INF), (-2.0, _NAN), (_INF, _INF), (_NAN, _NAN), (0.0, 0.0)],
     "tanh": [(_INF, 1.0), (-_INF, -1.0), (1000.0, 1.0), (-1000.0, -1.0), (_NAN, _NAN),
-             (0.0, 0.0)],
+             (0.0, 0.0), (-0.0, -0.0), (1e-40, 1e-40), (30.0, 1.0), (-30.0, -1.0)],
     "sigmoid": [(_INF, 1.0), (-_INF, 0.0), (1000.0, 1.0), (-1000.0, 0.0), (_NAN, _NAN),
-                (0.0, 0.5)],
+                (0.0, 0.5), (-0.0, 0.5), (100.0, 1.0)],
     "erf": [(_INF, 1.0), (-_INF, -1.0), (100.0, 1.0), (_NAN, _NAN), (0.0, 0.0)],
     "erfc": [(_INF, 0.0), (-_INF, 2.0), (100.0, 0.0), (-100.0, 2.0), (_NAN, _NAN),
-             (0.0, 1.0)],
+             (0.0, 1.0), (-0.0, 1.0), (1e-40, 1.0)],
     "sin": [(_INF, _NAN), (-_INF, _NAN), (_NAN, _NAN), (0.0, 0.0), (2.0 ** 60, _NAN)],
     "cos": [(_INF, _NAN), (_NAN, _NAN), (0.0, 1.0)],
     "tan": [(_INF, _NAN), (_NAN, _NAN), (0.0, 0.0)],
@@ -469,9 +480,10 @@ SPECIAL = {
                  (-1000.0, 0.0)],
     "log_sigmoid": [(_INF, 0.0), (-_INF, -_INF), (_NAN, _NAN), (-1000.0, -1000.0),
                     (1000.0, 0.0)],
-    "gelu_erf": [(_INF, _INF), (-_INF, _NAN), (_NAN, _NAN), (0.0, 0.0), (-100.0, 0.0),
-                 (100.0, 100.0)],
-    "gelu_tanh": [(_INF, _INF), (_NAN, _NAN), (0.0, 0.0), (-100.0, 0.0), (100.0, 100.0)],
+    "gelu_erf": [(_INF, _INF), (-_INF, _NAN), (_NAN, _NAN), (0.0, 0.0), (-0.0, -0.0),
+                 (-100.0, 0.0), (100.0, 100.0), (1e-40, 5e-41), (-1e-40, -5e-41)],
+    "gelu_tanh": [(_INF, _INF), (_NAN, _NAN), (0.0, 0.0), (-0.0, -0.0), (-100.0, 0.0),
+                  (100.0, 100.0), (1e-40, 5e-41)],
     "pow": [((2.0, 10.0), 1024.0), ((-2.0, 3.0), -8.0), ((-2.0, 2.0), 4.0),
             ((-2.0, 0.5), _NAN), ((0.0, 2.0), 0.0), ((0.0, -1.0), _INF),
             ((-0.0, -1.0), -_INF), ((-0.0, 3.0), -0.0), ((-0.0, 0.5), 0.0), ((_NAN, 0.0), 1.0),
@@ -509,6 +521,12 @@ def test_special_values(compiled, name):
                 ok = g == e and math.copysign(1, g) == math.copysign(1, e) or \
                     abs(g - e) <= 4 * np.finfo(compiled.dtype).eps * abs(e)
                 assert ok, f"{name}{arg_values}: got {g!r}, expected {e!r}"
+
+
+@pytest.mark.parametrize("name", ["tanh", "erf", "gelu_erf", "gelu_tanh", "sinh", "atan"])
+def test_odd_functions_keep_the_sign_of_zero(compiled, name):
+    got = compiled.run(name, np.full(2 * compiled.width + 1, -0.0))
+    assert np.all(got == 0) and np.all(np.signbit(got)), got
 
 
 def test_library_names():

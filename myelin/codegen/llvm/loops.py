@@ -4,8 +4,9 @@ An :class:`Operand` is a pointer with one element stride per dimension of an ind
 (0 where the operand is broadcast). :func:`elementwise` emits the loop nest that evaluates a
 body for every index: adjacent dimensions that are contiguous for all operands are merged
 first, outer dimensions become scalar loops, and the innermost one runs in vectors of the
-target's width (operands with stride 1 load vectors, stride 0 are splatted once per row) with
-a scalar loop for the remainder. Any other stride falls back to a scalar loop.
+target's width (operands with stride 1 load vectors, stride 0 are splatted once per row),
+``UNROLL`` vectors per iteration and then one at a time; the last, partial vector goes through
+stack buffers. Any other stride falls back to a scalar loop.
 """
 
 import dataclasses
@@ -65,6 +66,11 @@ def collapse(shape, stride_lists):
     new_shape = tuple(size for size, _ in merged)
     new_strides = [tuple(strides[k] for _, strides in merged) for k in range(len(stride_lists))]
     return new_shape, new_strides
+
+
+UNROLL = 2
+"""Vectors per iteration of a row's main loop: two independent chains help memory-bound and
+short bodies; more spill registers in long ones (GELU)."""
 
 
 def lanes(target, dtype):
@@ -158,25 +164,40 @@ def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
                 if stride:
                     _copy_elements(builder, operand.dtype, ptr, buffers[id(operand)],
                                    blocks * width, 0, tail)
-        count = blocks + (1 if tail else 0)
-        with irutil.for_range(builder, 0, count, 1, name="v") as block:
-            is_tail = builder.icmp_signed("==", block, irutil.i64(blocks)) if tail else None
 
-            def address(operand, ptr, stride):
+        def vectors(indices, is_tail=None):
+            """Load, compute and store the vectors numbered ``indices`` (i64 values)."""
+
+            def address(operand, ptr, stride, block):
                 # Vectors only run over unit strides; a scalar loop may step by any stride.
                 offset = builder.mul(block, irutil.i64(width * stride))
                 at = irutil.element_ptr(builder, ptr, operand.dtype, offset)
-                return builder.select(is_tail, buffers[id(operand)], at) if tail else at
+                if is_tail is None:
+                    return at
+                return builder.select(is_tail, buffers[id(operand)], at)
 
-            values = [values_in[id(op)] if stride == 0 else
-                      irutil.load(builder, address(op, ptr, stride), op.dtype, width,
-                                  aligns[id(op)])
-                      for op, ptr, stride in zip(inputs, pointers, inner_strides)]
-            results = body(builder, values, width)
-            for operand, ptr, stride, value in zip(outputs, pointers[len(inputs):],
-                                                   inner_strides[len(inputs):], results):
-                irutil.store(builder, value, address(operand, ptr, stride), operand.dtype,
-                             aligns[id(operand)])
+            loaded = [[values_in[id(op)] if stride == 0 else
+                       irutil.load(builder, address(op, ptr, stride, block), op.dtype, width,
+                                   aligns[id(op)])
+                       for op, ptr, stride in zip(inputs, pointers, inner_strides)]
+                      for block in indices]
+            results = [body(builder, values, width) for values in loaded]
+            for block, values in zip(indices, results):
+                for operand, ptr, stride, value in zip(outputs, pointers[len(inputs):],
+                                                       inner_strides[len(inputs):], values):
+                    irutil.store(builder, value, address(operand, ptr, stride, block),
+                                 operand.dtype, aligns[id(operand)])
+
+        # Full groups of UNROLL vectors, then single vectors; the last one may be the tail.
+        groups = blocks // UNROLL if width > 1 else 0
+        if groups:
+            with irutil.for_range(builder, 0, groups, name="u") as group:
+                first = builder.mul(group, irutil.i64(UNROLL))
+                vectors([builder.add(first, irutil.i64(k)) for k in range(UNROLL)])
+        with irutil.for_range(builder, groups * UNROLL, blocks + (1 if tail else 0),
+                              name="v") as block:
+            vectors([block], builder.icmp_signed("==", block, irutil.i64(blocks)) if tail
+                    else None)
         if tail:
             for operand, ptr in zip(outputs, pointers[len(inputs):]):
                 _copy_elements(builder, operand.dtype, buffers[id(operand)], ptr, 0,

@@ -19,9 +19,11 @@ are computed for every lane and merged with ``select``, so there is no control f
 
 Accuracy (measured against float64 / long double references in ``tests/test_mathlib.py``): about
 1e-7 relative for float32 and 1e-15 for float64 over the useful ranges; the docstrings give the
-exceptions.  Float32 ``pow``, ``erfc``, ``gelu_erf`` and ``gelu_tanh`` are evaluated in double
-precision internally, because a float32 evaluation would amplify the rounding errors of
-intermediate values (y log x, 1 - erf x, x / sqrt 2, u) beyond float32 precision.
+exceptions.  Float32 ``pow`` is evaluated in double precision internally, because a float32
+evaluation would amplify the rounding error of y log x beyond float32 precision.  Float32
+``erfc`` and ``gelu_erf`` stay in float32: the square in exp(-x^2) is kept exact as a sum of two
+floats, so its rounding error is not amplified in the tails; ``gelu_tanh`` computes only its
+argument 2u in double (three operations) and the rest in float32.
 
 Coefficients come from the Cephes Math Library by Stephen L. Moshier (release 2.2 single
 precision ``*f.c`` and release 2.8 double precision files), as noted at each table.  The
@@ -281,6 +283,11 @@ class _Ops:
         """``2.0**n`` for an integer ``n`` within the normal exponent range."""
         return self.to_float(self.ishl(self.iadd(n, self.bias), self.mant))
 
+    def ldexp_down(self, y, n, k):
+        """``y * 2**n`` for ``n`` in ``[1 - bias - k, bias - k]``: one integer step, then a
+        multiplication by 2**-k that rounds once where the result is denormal."""
+        return self.mul(self.mul(y, self.pow2(self.iadd(n, k))), 2.0 ** -k)
+
     def ldexp(self, y, n):
         """``y * 2**n`` for ``|n|`` up to about twice the exponent range, in two exact steps."""
         half = self.iashr(n, 1)
@@ -396,6 +403,21 @@ _ERFC_S = (2.26052863220117276590e0, 9.39603524938001434673e0, 1.204895398080966
            1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
 # Beyond these arguments erfc underflows to 0 (and erf rounds to 1).
 _ERFC_LIMIT = (10.5, 27.5)
+# Float32 erfc(a) = t exp(P(t) - a^2) with t = 2 / (2 + a), a >= 0: the form of Numerical
+# Recipes' erfcc, with a degree 9 polynomial fitted for this module (minimax over 0 <= a <= 10.5
+# with float32 coefficients, |error of P| < 9e-8).
+_ERFCF_T = (0.14574576914310455, -0.6855257749557495, 1.1685067415237427, -0.7130454182624817,
+            -0.06529974192380905, -0.007365851197391748, 0.03780272603034973,
+            0.38590866327285767, 0.998725950717926, -1.2654529809951782)
+
+# Float32 tanh(x) = x P(x^2) / Q(x^2) for |x| <= 9 (tanh rounds to +-1 beyond): a rational
+# fit made for this module (relative error 2e-8 before rounding; all coefficients positive, so
+# no cancellation).
+_TANHF_LIMIT = 9.0
+_TANHF_P = (1.335637911381582e-08, 2.0610361389117315e-05, 0.0034956675954163074,
+            0.13381093740463257, 1.0)
+_TANHF_Q = (7.77727279910323e-07, 0.00032857636688277125, 0.02587728761136532,
+            0.46714410185813904, 1.0)
 
 # Above these magnitudes sinh and cosh are computed as exp(|x|/2)^2 / 2, avoiding the
 # overflow of exp(|x|) while sinh and cosh are still finite (e^-|x| is negligible there).
@@ -436,6 +458,20 @@ def _exp_reduce(o, x):
     n = o.sub(kd, o.shift)
     r = o.fma(n, -_pick(o, _EXP_C1), x)
     r = o.fma(n, -_pick(o, _EXP_C2), r)
+    return _exp_kernel(o, r), n_int
+
+
+def _exp_reduce_sum(o, big, small):
+    """Like :func:`_exp_reduce` for ``big + small`` (float32, within twice the exp range).
+
+    ``big - n C1`` is exact, so the rounding error of ``big + small`` does not enter: ``big``
+    may carry the exact part of a large argument and ``small`` (|small| < 2) the rest.
+    """
+    kd = o.fma(o.add(big, small), _LOG2E, o.shift)
+    n_int = o.isub(o.to_int(kd), o.to_int(o.c(o.shift)))
+    n = o.sub(kd, o.shift)
+    r = o.add(o.fma(n, -_EXP_C1[0], big), small)
+    r = o.fma(n, -_EXP_C2[0], r)
     return _exp_kernel(o, r), n_int
 
 
@@ -576,20 +612,31 @@ def _pow(o, x, y):
 # ---------------------------------------------------------------------------------------------
 
 def tanh(builder, x):
-    """Hyperbolic tangent, -expm1(-2|x|) / (2 + expm1(-2|x|)) with the sign of x.
+    """Hyperbolic tangent.
 
-    Never overflows: expm1(-2|x|) lies in [-1, 0]."""
+    Float32: a rational function of x clamped to +-9; float64: -expm1(-2|x|) / (2 +
+    expm1(-2|x|)) with the sign of x (never overflows: expm1(-2|x|) lies in [-1, 0]).
+    """
     o = _Ops(builder, x.type)
+    if not o.double:
+        xc = o.sel(o.cmp("<", x, -_TANHF_LIMIT), -_TANHF_LIMIT, x)
+        xc = o.sel(o.cmp(">", xc, _TANHF_LIMIT), _TANHF_LIMIT, xc)
+        z = o.mul(xc, xc)
+        return o.div(o.mul(xc, o.poly(z, _TANHF_P)), o.poly(z, _TANHF_Q))
     u = _expm1(o, o.mul(o.abs(x), -2.0))
     return o.copysign(o.div(o.neg(u), o.add(u, 2.0)), x)
 
 
 def sigmoid(builder, x):
-    """Logistic function 1 / (1 + e**-x), relative accuracy also where it underflows."""
+    """Logistic function 1 / (1 + e**-x) = e**x / (1 + e**x), the form without overflow
+    chosen by the sign of x: relative accuracy also where it underflows."""
     o = _Ops(builder, x.type)
-    e = _exp(o, o.neg(o.abs(x)))
-    r = o.div(1.0, o.add(e, 1.0))
-    return o.sel(o.cmp("<", x, 0.0), o.mul(e, r), r)
+    if o.double:
+        e = _exp(o, o.neg(o.abs(x)))
+    else:
+        em, n = _exp_reduce(o, o.neg(o.abs(x)))               # n in [-150, 0]
+        e = o.ldexp_down(o.add(em, 1.0), n, 24)
+    return o.div(o.sel(o.cmp("<", x, 0.0), e, 1.0), o.add(e, 1.0))
 
 
 def softplus(builder, x):
@@ -726,12 +773,33 @@ def _erfc(o, x, x_lo=None):
     return o.sel(o.cmp("<", a, 1.0), o.fma(o.neg(x), _erf_ratio(o, x), 1.0), tail)
 
 
-def erfc(builder, x):
-    """Complementary error function 1 - erf(x), with relative accuracy in the right tail.
+def _square_f32(o, a):
+    """a^2 as float32 ``(hi, lo)``: hi = ah^2 is exact for ah, the 12 high bits of a >= 0."""
+    ah = o.to_float(o.iand(o.to_int(a), -(1 << 12)))
+    return o.mul(ah, ah), o.mul(o.sub(a, ah), o.add(a, ah))
 
-    Float32 is evaluated in double: in float, 1 - erf(x) near x = 1 loses too much.
-    """
-    return _in_double(builder, _erfc, x)
+
+def _erfc_f32(o, a, square):
+    """erfc(a) in float32 for 0 <= a <= 10.5 (NaN stays), given a^2 = hi + lo as ``square``."""
+    hi, lo = square
+    t = o.div(2.0, o.add(a, 2.0))
+    em, n = _exp_reduce_sum(o, o.neg(hi), o.sub(o.poly(t, _ERFCF_T), lo))
+    return o.ldexp_down(o.fma(em, t, t), n, 40)               # n in [-162, 0]
+
+
+def _clamp_above(o, x, limit):
+    """min(x, limit) for x >= 0; NaN stays."""
+    return o.sel(o.cmp(">", x, limit), limit, x)
+
+
+def erfc(builder, x):
+    """Complementary error function 1 - erf(x), with relative accuracy in the right tail."""
+    o = _Ops(builder, x.type)
+    if o.double:
+        return _erfc(o, x)
+    a = _clamp_above(o, o.abs(x), _ERFC_LIMIT[0])
+    e = _erfc_f32(o, a, _square_f32(o, a))
+    return o.sel(o.cmp("<", x, 0.0), o.sub(2.0, e), e)
 
 
 # -1/sqrt(2) rounded to double, and split into 26 high bits and the rest.
@@ -762,24 +830,54 @@ def _gelu_tanh(o, x):
     return o.mul(x, s)
 
 
-def gelu_erf(builder, x):
-    """GELU, x Phi(x) = x erfc(-x / sqrt 2) / 2, evaluated in double precision.
+def _gelu_erf_f32(o, x):
+    """x Phi(x) with e = erfc(|x| / sqrt 2) = 2 Phi(-|x|): x e / 2 for x < 0, else x (1 - e/2).
 
-    Relative accuracy holds in the left tail too (the rounding error of -x/sqrt 2 is
+    The square |x|^2 / 2 is split exactly, so |x| / sqrt 2 is rounded only where it matters
+    little (in t); erfc underflows before |x| reaches the clamp.
+    """
+    ax = _clamp_above(o, o.abs(x), _ERFC_LIMIT[0] / _SQRT1_2)
+    hi, lo = _square_f32(o, ax)
+    e = _erfc_f32(o, o.mul(ax, _SQRT1_2), (o.mul(hi, 0.5), o.mul(lo, 0.5)))
+    return o.sel(o.cmp("<", x, 0.0), o.mul(o.mul(x, 0.5), e), o.mul(x, o.fma(e, -0.5, 1.0)))
+
+
+def gelu_erf(builder, x):
+    """GELU, x Phi(x) = x erfc(-x / sqrt 2) / 2.
+
+    Relative accuracy holds in the left tail too (the rounding error of x^2 / 2 is
     compensated); gelu_erf(-inf) is NaN.
     """
-    return _in_double(builder, _gelu_erf, x)
+    o = _Ops(builder, x.type)
+    return _gelu_erf(o, x) if o.double else _gelu_erf_f32(o, x)
+
+
+def _gelu_tanh_f32(o, x):
+    """x sigmoid(v) with v = 2u computed in double and split into float32 v_hi + v_lo."""
+    b = o.b
+    od = _Ops(b, _with_element(o.t, _F64))
+    c = 2.0 * math.sqrt(2.0 / math.pi)
+    xc = o.sel(o.cmp("<", x, -12.0), -12.0, _clamp_above(o, x, 12.0))   # sigmoid(v) is 0 or 1
+    xd = b.fpext(xc, od.t)
+    v = od.mul(xd, od.fma(od.mul(xd, xd), c * 0.044715, c))
+    v_hi = b.fptrunc(v, o.t)
+    v_lo = b.fptrunc(od.sub(v, b.fpext(v_hi, od.t)), o.t)
+    neg = o.cmp("<", v_hi, 0.0)
+    em, n = _exp_reduce_sum(o, o.neg(o.abs(v_hi)), o.sel(neg, v_lo, o.neg(v_lo)))
+    e = o.ldexp(o.add(em, 1.0), n)                              # e**-|v|
+    return o.mul(x, o.div(o.sel(neg, e, 1.0), o.add(e, 1.0)))
 
 
 def gelu_tanh(builder, x):
-    """GELU's tanh approximation x (1 + tanh(u)) / 2 = x sigmoid(2u), evaluated in double.
+    """GELU's tanh approximation x (1 + tanh(u)) / 2 = x sigmoid(2u).
 
     u = sqrt(2/pi) (x + 0.044715 x^3).  The sigmoid form avoids the cancellation of 1 + tanh.
     The function is ill-conditioned for negative x (relative error about |2u| times the
-    rounding error of u), hence double precision for float32; float64 results have relative
-    errors up to about 3e-14 near x = -10.
+    rounding error of u): float64 is evaluated in double and has relative errors up to about
+    3e-14 near x = -10; float32 computes 2u in double, the rest in float32.
     """
-    return _in_double(builder, _gelu_tanh, x)
+    o = _Ops(builder, x.type)
+    return _gelu_tanh(o, x) if o.double else _gelu_tanh_f32(o, x)
 
 
 # ---------------------------------------------------------------------------------------------
