@@ -4,12 +4,13 @@ attributes."""
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.backend.test.case.node import resize as onnx_resize_cases
 from onnx.backend.test.case.node import upsample as onnx_upsample_cases
 from onnx.reference import ReferenceEvaluator
 
 import myelin
+import myelin.onnx
 from myelin import reference
 from myelin.errors import ShapeError
 
@@ -36,57 +37,32 @@ ONNX_CASES = _collect(onnx_resize_cases, "Resize")
 UPSAMPLE_CASES = _collect(onnx_upsample_cases, "Upsample")
 
 
-def onnx_attributes(node, inputs):
-    """The attributes of our Resize for ONNX Resize ``node`` with constant ``inputs``, computed
-    as the ONNX importer does (axes and keep_aspect_ratio_policy expanded into sizes/scales)."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
-    given = dict(zip([n for n in node.input if n], inputs))
-    names = list(node.input) + [""] * (4 - len(node.input))
+def _imported_attributes(node, inputs, opset):
+    """The attributes of the myelin Resize the ONNX importer makes of ``node`` (an ONNX Resize
+    or Upsample) whose inputs after the first are constants."""
     x = inputs[0]
-    rank = x.ndim
-    axes = [a % rank for a in attrs.pop("axes", range(rank))]
-    roi = given.get(names[1]) if names[1] else None
-    scales = given.get(names[2]) if names[2] else None
-    sizes = given.get(names[3]) if names[3] else None
-    result = {}
-    if roi is not None and roi.size:
-        full = [0.0] * rank + [1.0] * rank
-        for i, axis in enumerate(axes):
-            full[axis] = float(roi[i])
-            full[rank + axis] = float(roi[len(axes) + i])
-        result["roi"] = full
-    policy = attrs.pop("keep_aspect_ratio_policy", "stretch")
-    if scales is not None and scales.size:
-        full = [1.0] * rank
-        for i, axis in enumerate(axes):
-            full[axis] = float(scales[i])
-        result["scales"] = full
-        result["sizes"] = [int(v) for v in np.array(full) * np.array(x.shape)]
-    else:
-        full_sizes = list(x.shape)
-        for i, axis in enumerate(axes):
-            full_sizes[axis] = int(sizes[i])
-        full = [s / d for s, d in zip(full_sizes, x.shape)]
-        if policy != "stretch":
-            pick = min if policy == "not_larger" else max
-            scale = pick(full[a] for a in axes)
-            full = [scale if a in axes else 1.0 for a in range(rank)]
-            full_sizes = [int(scale * x.shape[a] + 0.5) if a in axes else x.shape[a]
-                          for a in range(rank)]
-        result["scales"] = full
-        result["sizes"] = full_sizes
-    result.update(attrs)
-    return result
+    names = [name for name in node.input if name]
+    constants = [numpy_helper.from_array(value, name)
+                 for name, value in zip(names[1:], inputs[1:])]
+    elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info(names[0], elem_type, x.shape)],
+                              [helper.make_tensor_value_info(node.output[0], elem_type, None)],
+                              constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    flow = myelin.onnx.import_model(model, shapes={names[0]: x.shape}).flow
+    (op,) = [op for op in flow.ops.values() if op.type == "Resize"]
+    return dict(op.attrs)
+
+
+def onnx_attributes(node, inputs):
+    """Our Resize's attributes for ONNX Resize ``node`` (opset 19) with constant inputs."""
+    return _imported_attributes(node, inputs, 19)
 
 
 def upsample_attributes(node, inputs):
-    """Our Resize for ONNX Upsample (opsets 7-9): asymmetric coordinates, nearest floors."""
-    mode = helper.get_attribute_value(node.attribute[0]).decode() if node.attribute else "nearest"
-    x, scales = inputs
-    return {"mode": mode, "coordinate_transformation_mode": "asymmetric",
-            "nearest_mode": "floor", "scales": [float(s) for s in scales],
-            "sizes": [int(v) for v in np.array(scales, np.float64) * np.array(x.shape)]}
+    """Our Resize's attributes for ONNX Upsample ``node`` (opset 9)."""
+    return _imported_attributes(node, inputs, 9)
 
 
 def build(dtype, shape, attrs):
