@@ -267,5 +267,6 @@ def _space_to_depth(ctx):
     n, c, h, w = x.shape
     bs = ctx.attr("blocksize")
     blocks = ctx.reshape(x, (n, c, h // bs, bs, w // bs, bs))
-    moved = ctx.op("Transpose", [blocks], {"perm": [0, 3, 5, 1, 2, 4]})
+    perm = [0, 3, 5, 1, 2, 4] if ctx.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    moved = ctx.op("Transpose", [blocks], {"perm": perm})
     return ctx.reshape(moved, (n, c * bs * bs, h // bs, w // bs))

@@ -62,18 +62,20 @@ _CONV_ATTRS = ("kernel_shape", "strides", "pads", "dilations", "group", "auto_pa
 
 
 def _pass_through(ctx, op_type, extra=None, outputs=1):
-    """The node as the myelin op of the same attributes; float16 is computed in float32."""
+    """The node as the myelin op of the same attributes. float16 is computed in float32, and
+    8-bit integers (MaxPool) in float32, which holds them exactly."""
     attrs = {name: ctx.attrs[name] for name in _CONV_ATTRS if name in ctx.attrs}
     inputs = ctx.inputs
-    half = inputs[0].dtype == "float16"
-    if half:
+    original = inputs[0].dtype
+    widened = original in ("float16", "int8", "uint8")
+    if widened:
         inputs = [ctx.cast(var, "float32") for var in inputs]
     results = ctx.op(op_type, inputs, dict(attrs, **(extra or {})), outputs=outputs)
-    if not half:
+    if not widened:
         return results
     if isinstance(results, list):
-        return [ctx.cast(var, "float16") if var.dtype == "float32" else var for var in results]
-    return ctx.cast(results, "float16")
+        return [ctx.cast(var, original) if var.dtype == "float32" else var for var in results]
+    return ctx.cast(results, original)
 
 
 @converter("Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
@@ -158,7 +160,8 @@ def _lp_normalization(ctx):
                                                                         "keepdims": True})])
     else:
         raise ctx.error(f"p={p} is not 1 or 2")
-    return ctx.op("Div", [x, norm])
+    zero = ctx.const(0, x.dtype)
+    return ctx.op("Cond", [ctx.op("Equal", [norm, zero]), zero, ctx.op("Div", [x, norm])])
 
 
 @converter("MeanVarianceNormalization")
