@@ -7,6 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import fusion  # noqa: E402
 import guide_example  # noqa: E402
+import onnx_models  # noqa: E402
 import threads  # noqa: E402
 
 
@@ -14,6 +15,7 @@ def main():
     guide_example.main()
     threads.main()
     fusion.main()
+    onnx_models.main()
 
 
 if __name__ == "__main__":
