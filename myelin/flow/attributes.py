@@ -68,22 +68,16 @@ class Attributes(dict):
 
     def get_ints(self, name, default=None):
         """A list of ints written as "[1,0,2]", "1,0,2" or "1x0x2"; an empty dim reads as -1."""
-        value = self.get(name)
-        if value is None:
-            return default
-        text = value.strip()
-        if text.startswith("[") and text.endswith("]"):
-            text = text[1:-1]
-        if not text.strip():
-            return []
-        separator = "x" if "x" in text and "," not in text else ","
-        try:
-            return [int(part) if part.strip() else -1 for part in text.split(separator)]
-        except ValueError:
-            raise FlowError(f"attribute {name}={value!r} is not a list of integers") from None
+        return self._list(name, default, lambda part: int(part) if part.strip() else -1,
+                          "integers", dims=True)
 
     def get_floats(self, name, default=None):
         """A list of numbers written as "[0.5,1,2e-3]" or "0.5,1"; "[]" is the empty list."""
+        return self._list(name, default, float, "numbers")
+
+    def _list(self, name, default, parse, what, dims=False):
+        """The items of a list attribute, each read with ``parse`` (``dims``: "x" may separate
+        them, as in shapes)."""
         value = self.get(name)
         if value is None:
             return default
@@ -92,7 +86,8 @@ class Attributes(dict):
             text = text[1:-1]
         if not text.strip():
             return []
+        separator = "x" if dims and "x" in text and "," not in text else ","
         try:
-            return [float(part) for part in text.split(",")]
+            return [parse(part) for part in text.split(separator)]
         except ValueError:
-            raise FlowError(f"attribute {name}={value!r} is not a list of numbers") from None
+            raise FlowError(f"attribute {name}={value!r} is not a list of {what}") from None

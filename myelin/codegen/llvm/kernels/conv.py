@@ -129,13 +129,23 @@ def outlined(ctx, step, emit):
     ctx.builder.call(function, [ctx.pointer(t) for t in tensors])
 
 
+class OutlinedKernel(Kernel):
+    """A kernel whose code (``emit_body``) goes into a function of its own: see outlined()."""
+
+    def emit(self, ctx, step):
+        outlined(ctx, step, lambda sub: self.emit_body(sub, step))
+
+    def emit_body(self, ctx, step):
+        raise NotImplementedError
+
+
 def supported_floats(step):
     tensors = step.inputs + step.outputs
     return (all(t.dtype == tensors[0].dtype for t in tensors)
             and tensors[0].dtype in ("float32", "float64"))
 
 
-class ConvKernel(Kernel):
+class ConvKernel(OutlinedKernel):
     """``Conv`` with any attributes ONNX allows, float32 and float64."""
 
     name = "Conv"
@@ -148,10 +158,7 @@ class ConvKernel(Kernel):
         w = step.inputs[1]
         return 2 * step.outputs[0].elements * math.prod(w.shape[1:])
 
-    def emit(self, ctx, step):
-        outlined(ctx, step, lambda sub: self._emit(sub, step))
-
-    def _emit(self, ctx, step):
+    def emit_body(self, ctx, step):
         g = conv_ops.geometry(step)
         x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
         bias = step.inputs[2] if len(step.inputs) > 2 else None
@@ -332,7 +339,7 @@ class ConvKernel(Kernel):
         return vector
 
 
-class ConvTransposeKernel(Kernel):
+class ConvTransposeKernel(OutlinedKernel):
     """``ConvTranspose``: the output is set to the bias, then every input element times each
     weight it meets is added to its output position (scalar code)."""
 
@@ -346,10 +353,7 @@ class ConvTransposeKernel(Kernel):
         w = step.inputs[1]
         return 2 * step.inputs[0].elements * math.prod(w.shape[1:])
 
-    def emit(self, ctx, step):
-        outlined(ctx, step, lambda sub: self._emit(sub, step))
-
-    def _emit(self, ctx, step):
+    def emit_body(self, ctx, step):
         g = conv_ops.geometry(step)
         x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
         bias = step.inputs[2] if len(step.inputs) > 2 else None

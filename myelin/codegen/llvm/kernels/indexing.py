@@ -1,5 +1,5 @@
 """Kernels of the indexing ops (myelin.ops.indexing): Pad, Tile, BroadcastTo, GatherElements,
-GatherND, ScatterElements, ScatterND, CumSum, TopK, OneHot and Trilu.
+GatherND, ScatterElements, ScatterND, CumSum/CumProd, TopK, OneHot and Trilu.
 
 Shapes are static, so copies whose source position is an affine function of the output
 position (Tile, BroadcastTo, constant Pad) are strided copies through the vectorized loop
@@ -365,29 +365,38 @@ def _lines(shape, axis):
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
 
 
-class CumSumKernel(_IndexingKernel):
-    """``CumSum``: a running sum along each line of the axis (in the compute type)."""
+class ScanKernel(_IndexingKernel):
+    """``CumSum`` and ``CumProd``: a running sum or product along each line of the axis (in the
+    compute type). ``TYPE`` names the op; ``identity`` and the float and integer instructions
+    say how values combine."""
 
-    TYPE = "CumSum"
+    def __init__(self, op_type, identity, float_op, int_op):
+        self.TYPE = op_type
+        self.identity, self.float_op, self.int_op = identity, float_op, int_op
+
+    def supports(self, step, target):
+        return super().supports(step, target) and step.inputs[0].dtype != "bool"
 
     def emit(self, ctx, step):
         source, out = step.inputs[0], step.outputs[0]
+        if out.elements == 0:
+            return
         axis = step.attrs.get_int("axis", 0) % len(source.shape)
         exclusive = step.attrs.get_bool("exclusive", False)
         reverse = step.attrs.get_bool("reverse", False)
         outer, length, inner = _lines(source.shape, axis)
         b = ctx.builder
         src, dst = ctx.pointer(source), ctx.pointer(out)
-        zero = irutil.const(irutil.compute_type(source.dtype), 0)
-        add = "fadd" if irutil.is_float(zero.type) else "add"
+        start = irutil.const(irutil.compute_type(source.dtype), self.identity)
+        combine = getattr(b, self.float_op if irutil.is_float(start.type) else self.int_op)
         with irutil.for_range(b, 0, outer, name="co") as o:
             with irutil.for_range(b, 0, inner, name="ci") as n:
                 base = b.add(b.mul(o, irutil.i64(length * inner)), n)
-                with irutil.accumulating_loop(b, 0, length, [zero], name="ct") as loop:
+                with irutil.accumulating_loop(b, 0, length, [start], name="ct") as loop:
                     t = b.sub(irutil.i64(length - 1), loop.index) if reverse else loop.index
                     at = b.add(base, b.mul(t, irutil.i64(inner)))
                     x = irutil.load(b, irutil.element_ptr(b, src, source.dtype, at), source.dtype)
-                    total = getattr(b, add)(loop.values[0], x)
+                    total = combine(loop.values[0], x)
                     irutil.store(b, loop.values[0] if exclusive else total,
                                  irutil.element_ptr(b, dst, out.dtype, at), out.dtype)
                     loop.set_next([total])
@@ -529,5 +538,6 @@ class TriluKernel(_IndexingKernel):
 
 
 KERNELS = [PadKernel(), TileKernel(), BroadcastToKernel(), GatherElementsKernel(),
-           GatherNDKernel(), ScatterElementsKernel(), ScatterNDKernel(), CumSumKernel(),
+           GatherNDKernel(), ScatterElementsKernel(), ScatterNDKernel(),
+           ScanKernel("CumSum", 0, "fadd", "add"), ScanKernel("CumProd", 1, "fmul", "mul"),
            TopKKernel(), OneHotKernel(), TriluKernel()]

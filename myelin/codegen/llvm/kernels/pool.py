@@ -11,14 +11,13 @@ window.
 import math
 
 from myelin.codegen.llvm import irutil, loops, mathlib
-from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.conv import (add, ival, mul, nested_loops, outlined,
+from myelin.codegen.llvm.kernels.conv import (OutlinedKernel, add, ival, mul, nested_loops,
                                               supported_floats, tap_range)
 from myelin.ops import conv as conv_ops
 from myelin.ops.registry import attribute
 
 
-class PoolKernel(Kernel):
+class PoolKernel(OutlinedKernel):
     """MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool and GlobalLpPool."""
 
     TYPES = ("MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool",
@@ -41,10 +40,7 @@ class PoolKernel(Kernel):
         g = conv_ops.geometry(step)
         return step.outputs[0].elements * math.prod(g.kernel)
 
-    def emit(self, ctx, step):
-        outlined(ctx, step, lambda sub: self._emit(sub, step))
-
-    def _emit(self, ctx, step):
+    def emit_body(self, ctx, step):
         g = conv_ops.geometry(step)
         kind = step.type.replace("Global", "")
         x, y = step.inputs[0], step.outputs[0]
@@ -140,7 +136,7 @@ class PoolKernel(Kernel):
             nested_loops(b, list(g.output), lambda outs: element(nc, outs), name="o")
 
 
-class LRNKernel(Kernel):
+class LRNKernel(OutlinedKernel):
     """``LRN`` across channels, in vectors over each channel's spatial positions."""
 
     name = "LRN"
@@ -152,10 +148,7 @@ class LRNKernel(Kernel):
     def flops(self, step):
         return step.outputs[0].elements * (2 * step.attrs.get_int("size") + 20)
 
-    def emit(self, ctx, step):
-        outlined(ctx, step, lambda sub: self._emit(sub, step))
-
-    def _emit(self, ctx, step):
+    def emit_body(self, ctx, step):
         x, y = step.inputs[0], step.outputs[0]
         dtype = y.dtype
         batch, channels = x.shape[:2]

@@ -1,4 +1,4 @@
-"""Kernels of the sampling ops (myelin.ops.sampling): GridSample and CumProd.
+"""The kernel of GridSample (myelin.ops.sampling); CumProd runs on the indexing scan kernel.
 
 ``GridSample`` loops over the batch and the output positions. At each position it reads the r
 grid values, turns each into the source coordinate of its axis (the arithmetic of
@@ -7,8 +7,6 @@ float64, else float32) and into 1, 2 or 4 taps (index, weight, validity); the ta
 combinations (up to 4^r) become straight-line offsets and weights, applied to every channel.
 Indices are clamped into the input after padding, and invalid taps (zeros padding) are
 selected away, so no grid value reads outside x.
-
-``CumProd`` is CumSum's running loop with a product.
 """
 
 import itertools
@@ -211,42 +209,4 @@ class _GridEmitter:
                                  out.dtype)
 
 
-class CumProdKernel(Kernel):
-    """``CumProd``: a running product along each line of the axis (in the compute type)."""
-
-    name = "CumProd"
-    TYPE = "CumProd"
-
-    def supports(self, step, target):
-        return (step.type == self.TYPE and step.inputs[0].dtype in irutil._STORAGE
-                and step.inputs[0].dtype != "bool")
-
-    def emit(self, ctx, step):
-        source, out = step.inputs[0], step.outputs[0]
-        if out.elements == 0:
-            return
-        axis = step.attrs.get_int("axis", 0) % len(source.shape)
-        exclusive = step.attrs.get_bool("exclusive", False)
-        reverse = step.attrs.get_bool("reverse", False)
-        outer = _prod(source.shape[:axis])
-        length = source.shape[axis]
-        inner = _prod(source.shape[axis + 1:])
-        b = ctx.builder
-        src, dst = ctx.pointer(source), ctx.pointer(out)
-        one = irutil.const(irutil.compute_type(source.dtype), 1)
-        mul = "fmul" if irutil.is_float(one.type) else "mul"
-        with irutil.for_range(b, 0, outer, name="po") as o:
-            with irutil.for_range(b, 0, inner, name="pi") as n:
-                base = b.add(b.mul(o, irutil.i64(length * inner)), n)
-                with irutil.accumulating_loop(b, 0, length, [one], name="pt") as loop:
-                    t = b.sub(irutil.i64(length - 1), loop.index) if reverse else loop.index
-                    at = b.add(base, b.mul(t, irutil.i64(inner)))
-                    x = irutil.load(b, irutil.element_ptr(b, src, source.dtype, at),
-                                    source.dtype)
-                    total = getattr(b, mul)(loop.values[0], x)
-                    irutil.store(b, loop.values[0] if exclusive else total,
-                                 irutil.element_ptr(b, dst, out.dtype, at), out.dtype)
-                    loop.set_next([total])
-
-
-KERNELS = [GridSampleKernel(), CumProdKernel()]
+KERNELS = [GridSampleKernel()]
