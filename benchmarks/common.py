@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmarks: timing loops and the ratio table.
+"""Shared helpers for the benchmarks: timing loops, the ratio table, ONNX Runtime sessions.
 
 Every benchmark measures myelin and the other systems in the same process, alternating
 rounds, and reports the median over rounds: ratios are meaningful, absolute numbers less so on
@@ -40,6 +40,16 @@ def compare(title, contenders, reference="myelin", min_seconds=0.5):
     for name, seconds in times.items():
         print(f"  {name:<14}{format_seconds(seconds):>14}{base / seconds:>18.3f}")
     return times
+
+
+def ort_session(model_bytes, threads=None):
+    """An ONNX Runtime CPU session of ``model_bytes`` on ``threads`` threads (default: its own)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def format_seconds(seconds):

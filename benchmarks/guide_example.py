@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compare  # noqa: E402
+from common import compare, ort_session  # noqa: E402
 
 import myelin  # noqa: E402
 
@@ -29,10 +29,11 @@ def build():
     return flow, x, y, weights, bias
 
 
-def onnx_session(weights, bias):
-    """The same model as an ONNX graph, in an ONNX Runtime session (None if not installed)."""
+def onnx_session(weights, bias, threads=None):
+    """The same model as an ONNX graph, in an ONNX Runtime session on ``threads`` threads
+    (default: its pool; None if not installed)."""
     try:
-        import onnxruntime
+        import onnxruntime  # noqa: F401 (ort_session needs it)
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None
@@ -46,10 +47,7 @@ def onnx_session(weights, bias):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
         [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                        providers=["CPUExecutionProvider"])
+    return ort_session(model.SerializeToString(), threads)
 
 
 def main():
@@ -76,8 +74,10 @@ def main():
     if session is not None:
         feed = {"x": xv}
         contenders["onnxruntime"] = lambda: session.run(None, feed)
+    threads = None
     try:
         import torch
+        threads = torch.get_num_threads()
         torch.set_num_threads(1)
         tw, tb, tx = torch.from_numpy(weights), torch.from_numpy(bias), torch.from_numpy(xv)
 
@@ -96,6 +96,8 @@ def main():
 
     contenders["numpy"] = numpy_forward
     compare("guide example: softmax(relu(x[1,64] W[64,256] + b))", contenders)
+    if threads:
+        torch.set_num_threads(threads)      # later benchmarks get PyTorch's default again
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
-from common import compare  # noqa: E402
+from common import compare, ort_session  # noqa: E402
 from torch_models import ResNet18, encoder, export  # noqa: E402
 
 import myelin.onnx  # noqa: E402
@@ -25,13 +24,6 @@ MODELS = {
     "ResNet-18, batch 1, 224x224": (lambda: ResNet18(width=64, classes=1000), (1, 3, 224, 224)),
     "encoder 4 x d256, seq 128": (lambda: encoder(256, 4, 4), (1, 128, 256)),
 }
-
-
-def _session(model_bytes, threads=None):
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def main():
@@ -45,7 +37,7 @@ def main():
         model = myelin.onnx.load(model_bytes, input_shapes={"x": shape})
         compile_seconds = time.perf_counter() - start
 
-        session, single = _session(model_bytes), _session(model_bytes, 1)
+        session, single = ort_session(model_bytes), ort_session(model_bytes, 1)
         tensor = torch.from_numpy(x)
         with torch.no_grad():
             compare(f"{title} (myelin compile {compile_seconds:.2f} s)", {

@@ -9,6 +9,7 @@ import fusion  # noqa: E402
 import guide_example  # noqa: E402
 import onnx_models  # noqa: E402
 import threads  # noqa: E402
+import workloads  # noqa: E402
 
 
 def main():
@@ -16,6 +17,7 @@ def main():
     threads.main()
     fusion.main()
     onnx_models.main()
+    workloads.main()
 
 
 if __name__ == "__main__":

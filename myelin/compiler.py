@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from myelin import optimize
 from myelin.codegen.llvm import elementwise, engine, kernels
+from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
@@ -36,11 +37,17 @@ class Compiler:
     ``debug`` verifies it after each pass.
     ``reuse_memory`` lets locals share instance space when their live ranges do not overlap.
     ``dump`` keeps the optimized LLVM IR and assembly (``net.dumps``).
+    ``threads`` is how many threads a large kernel may split its work over (default: the
+    cores this process may use, or $MYELIN_THREADS); 1 keeps every cell on its caller's thread.
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
-                 alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None):
+                 alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
+                 threads=None):
         self.target = targets.host(features)
+        self.threads = default_threads() if threads is None else int(threads)
+        if self.threads < 1:
+            raise CompileError(f"threads must be at least 1, not {threads}")
         self.opt_level = opt_level
         self.reuse_memory = reuse_memory
         self.alignment = alignment
@@ -76,12 +83,13 @@ class Compiler:
         start = time.perf_counter()
         arrays = self._place_globals(globals_)
         module = ir.Module(name=f"myelin{next(_module_ids)}")
+        packed = []       # arrays kernels make at compile time (packed weights)
         symbols = {}
         for name, steps, tensors, _ in planned:
             symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in name)
             symbol = f"{symbol}_{len(symbols)}"
             symbols[name] = symbol
-            emit_cell(module, symbol, steps, self.target, self.alignment)
+            emit_cell(module, symbol, steps, self.target, self.alignment, self.threads, packed)
         self.timings["emit"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -92,7 +100,7 @@ class Compiler:
         for name, steps, tensors, (size, unshared) in planned:
             cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
                               self.alignment))
-        network = Network(cells, arrays, code, self.target, flow)
+        network = Network(cells, arrays, code, self.target, flow, packed)
         network.dumps = code.dumps
         return network
 

@@ -59,3 +59,69 @@ def test_large_matmul():
     rng = np.random.default_rng()
     flow = _flow("float32", False, False, [(200, 300, 257, (), ())])
     run_and_compare(flow, _inputs(flow, "float32", rng), 3e-5)
+
+
+def _constant_flow(dtype, transpose_b, shapes, rng):
+    """Products whose B is a constant (packed into panels at compile time)."""
+    flow = myelin.Flow()
+    for i, (m, k, n, batch_a, batch_b) in enumerate(shapes):
+        f = myelin.Builder(flow, f"f{i}")
+        b_shape = batch_b + ((n, k) if transpose_b else (k, n))
+        weights = f.array("w", random_array(rng, dtype, b_shape, -2, 2))
+        f.matmul(f.var("a", dtype, batch_a + (m, k)), weights, transpose_b=transpose_b)
+    return flow
+
+
+def _variable_inputs(flow, dtype, rng):
+    return {name: {var: random_array(rng, dtype, var.shape, -2, 2)
+                   for var in func.ops[0].inputs if not var.is_global}
+            for name, func in flow.funcs.items()}
+
+
+@pytest.mark.parametrize("features", ["host", "sse"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_matmul_constant_b(transpose_b, dtype, features):
+    rng = np.random.default_rng()
+    shapes = [(1, 64, 64, (), ()), (1, 33, 5, (), ()), (7, 17, 40, (), ()), (30, 9, 33, (), ()),
+              (13, 100, 16, (), ()), (5, 7, 9, (3,), (3,)), (4, 8, 19, (2, 3), (2, 1)),
+              (6, 5, 7, (2,), ())]
+    flow = _constant_flow(dtype, transpose_b, shapes, rng)
+    tolerance = TOLERANCE.get(dtype, 0)
+    run_and_compare(flow, _variable_inputs(flow, dtype, rng), tolerance, features,
+                    exact=dtype == "int64")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_matmul_split_over_threads(transpose_b, threads):
+    """Products large enough to be split into tasks: by rows, by panels (a vector times a
+    matrix) and by batch entries, with B constant and variable."""
+    rng = np.random.default_rng()
+    shapes = [(1, 600, 1000, (), ()), (100, 64, 70, (), ()), (50, 40, 60, (4,), (4,)),
+              (2, 300, 515, (), ())]
+    for flow in (_flow("float32", False, transpose_b, shapes),
+                 _constant_flow("float32", transpose_b, shapes, rng)):
+        run_and_compare(flow, _variable_inputs(flow, "float32", rng), 3e-5, threads=threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_epilogue_with_constant_weights(threads):
+    """A layer, relu(x W + b) + r, compiles to one FusedMatMul reading packed weights."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [37, 300])
+    residual = f.var("r", myelin.DT_FLOAT, [37, 130])
+    w = f.array("W", random_array(rng, "float32", (300, 130), -1, 1))
+    bias = f.array("b", random_array(rng, "float32", (130,), -1, 1))
+    f.add(f.relu(f.add(f.matmul(x, w), bias)), residual, name="y")
+    inputs = {"f": {x: random_array(rng, "float32", (37, 300), -1, 1),
+                    residual: random_array(rng, "float32", (37, 130), -1, 1)}}
+    net = run_and_compare(flow, inputs, 3e-5, threads=threads)
+    assert [s.type for s in net.cell("f").steps if not s.noop] == ["FusedMatMul"]
+
+
+def test_threads_option_is_checked():
+    with pytest.raises(myelin.CompileError):
+        myelin.Compiler(threads=0)

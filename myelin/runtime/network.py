@@ -88,7 +88,7 @@ def _coerce(spec_name, spec_dtype, shape, value):
 class Network:
     """A compiled flow: cells by function name and the global tensors they share."""
 
-    def __init__(self, cells, globals_, code, target, flow=None):
+    def __init__(self, cells, globals_, code, target, flow=None, packed=()):
         self._cells = {cell.name: cell for cell in cells}
         self._globals = globals_   # name -> (TensorSpec, ndarray)
         self._global_names = {}
@@ -96,6 +96,7 @@ class Network:
             for key in [name] + list(spec.aliases):
                 self._global_names.setdefault(key, name)
         self._code = code          # keeps the machine code alive
+        self._packed = list(packed)  # arrays the code reads (packed weights)
         self.target = target
         self.flow = flow
         for cell in cells:

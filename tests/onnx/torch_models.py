@@ -1,5 +1,6 @@
 """PyTorch models used by the ONNX tests and benchmarks: a ResNet-18-style CNN, a transformer
-encoder, an MLP and an LSTM written with plain ops, and their export to ONNX bytes."""
+encoder, MLPs, an LSTM (and its step) written with plain ops and a matmul of two inputs, and
+their export to ONNX bytes."""
 
 import io
 import warnings
@@ -47,25 +48,42 @@ class ResNet18(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
-class LstmCell(nn.Module):
-    """An LSTM written with plain ops (matmuls and gates), unrolled over the sequence."""
+class LstmStep(nn.Module):
+    """One LSTM step written with plain ops (matmuls and gates): (x, h, c) -> (h', c')."""
 
     def __init__(self, inputs=12, hidden=16):
         super().__init__()
         self.wx = nn.Linear(inputs, 4 * hidden)
         self.wh = nn.Linear(hidden, 4 * hidden, bias=False)
+
+    def forward(self, x, h, c):
+        i, f, g, o = (self.wx(x) + self.wh(h)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class LstmCell(nn.Module):
+    """An LSTM written with plain ops: :class:`LstmStep` unrolled over the sequence."""
+
+    def __init__(self, inputs=12, hidden=16):
+        super().__init__()
+        self.step = LstmStep(inputs, hidden)
         self.hidden = hidden
 
     def forward(self, xs):
-        h = xs.new_zeros(xs.shape[0], self.hidden)
-        c = xs.new_zeros(xs.shape[0], self.hidden)
+        h = c = xs.new_zeros(xs.shape[0], self.hidden)
         outputs = []
         for t in range(xs.shape[1]):
-            i, f, g, o = (self.wx(xs[:, t]) + self.wh(h)).chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
+            h, c = self.step(xs[:, t], h, c)
             outputs.append(h)
         return torch.stack(outputs, 1)
+
+
+class MatMul(nn.Module):
+    """The product of its two inputs."""
+
+    def forward(self, a, b):
+        return a @ b
 
 
 def mlp():
@@ -74,21 +92,32 @@ def mlp():
                          nn.Linear(64, 10), nn.Softmax(-1))
 
 
-def encoder(d_model=64, heads=4, layers=2):
-    """PyTorch's transformer encoder (attention, LayerNorm, GELU), batch first."""
-    layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=0.0,
+def mnist_mlp():
+    """An MNIST-sized classifier: linear layers 784-512-512-10 with ReLU, and a softmax."""
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10), nn.Softmax(-1))
+
+
+def encoder(d_model=64, heads=4, layers=2, ff=None):
+    """PyTorch's transformer encoder (attention, LayerNorm, GELU), batch first; feed-forward
+    width ``ff`` (default 2 * d_model)."""
+    layer = nn.TransformerEncoderLayer(d_model, heads, ff or 2 * d_model, dropout=0.0,
                                        activation="gelu", batch_first=True)
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
-def export(module, example, dynamic_batch=True):
-    """ONNX bytes (opset 17) of ``module`` in eval mode, input "x" (dynamic batch), output "y"."""
+def export(module, example, dynamic_batch=True, inputs=("x",), outputs=("y",)):
+    """ONNX bytes (opset 17) of ``module`` in eval mode. ``example`` is a tensor or a tuple of
+    tensors, the inputs named by ``inputs`` (dimension 0 dynamic, "batch", if dynamic_batch),
+    the outputs by ``outputs``."""
     torch.manual_seed(0)
     module.eval()
+    examples = example if isinstance(example, tuple) else (example,)
+    dynamic_axes = {name: {0: "batch"} for name in inputs} if dynamic_batch else None
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=17,
-                          input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "batch"}} if dynamic_batch else None)
+        torch.onnx.export(module, examples, buffer, dynamo=False, opset_version=17,
+                          input_names=list(inputs), output_names=list(outputs),
+                          dynamic_axes=dynamic_axes)
     return buffer.getvalue()

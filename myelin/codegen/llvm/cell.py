@@ -13,8 +13,9 @@ from myelin.codegen.llvm.kernels import EmitContext
 from myelin.errors import CompileError, MyelinError
 
 
-def emit_cell(module, symbol, steps, target, instance_alignment):
-    """Add the function ``symbol`` computing ``steps`` to ``module``."""
+def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arrays=None):
+    """Add the function ``symbol`` computing ``steps`` to ``module``; kernels may split work
+    over ``threads`` and add compile-time arrays (packed weights) to ``arrays``."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -22,7 +23,7 @@ def emit_cell(module, symbol, steps, target, instance_alignment):
     instance.add_attribute("noalias")
     function.attributes.add("nounwind")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    ctx = EmitContext(builder, target, instance, instance_alignment)
+    ctx = EmitContext(builder, target, instance, instance_alignment, threads, arrays)
     for position, step in enumerate(steps):
         ctx.status = position + 1
         if step.noop:

@@ -53,6 +53,12 @@ class CompiledModule:
             raise CompileError(f"compiled module has no function {name}")
         return address
 
+    def global_address(self, name):
+        address = self._engine.get_global_value_address(name)
+        if not address:
+            raise CompileError(f"compiled module has no global {name}")
+        return address
+
 
 def compile_module(module, target, opt_level=3, dump=False):
     """Compile an llvmlite ``ir.Module`` for the host ``target``; returns a CompiledModule.

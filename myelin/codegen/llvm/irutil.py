@@ -93,6 +93,16 @@ def element_ptr(builder, base, dtype, index):
     return builder.gep(base, [index], source_etype=storage_type(dtype))
 
 
+def stack_array(builder, element_type, count, align=64):
+    """A ptr to ``count`` elements of ``element_type`` in the current function's stack frame
+    (allocated in its entry block, so loops do not grow the stack)."""
+    with builder.goto_entry_block():
+        array = builder.alloca(ir.ArrayType(element_type, count))
+        array.align = align
+    array.type = PTR    # as an opaque pointer, like every other pointer here
+    return array
+
+
 def byte_ptr(builder, base, offset):
     """Pointer ``offset`` bytes past ``base``."""
     if isinstance(offset, int) and offset == 0:
@@ -100,6 +110,23 @@ def byte_ptr(builder, base, offset):
     if isinstance(offset, int):
         offset = i64(offset)
     return builder.gep(base, [offset], source_etype=I8)
+
+
+def call_pointer(builder, pointer, ftype, args):
+    """Call the function at ``pointer`` (a ptr value) of type ``ftype``."""
+    return builder.call(_Callee(pointer, ftype), args)
+
+
+class _Callee:
+    """A ptr value seen as a function of a given type (llvmlite's call reads
+    ``function_type`` off its callee, which opaque pointers do not have)."""
+
+    def __init__(self, pointer, ftype):
+        self._pointer = pointer
+        self.function_type = ftype
+
+    def __getattr__(self, name):
+        return getattr(self._pointer, name)
 
 
 def set_target(module, target):

@@ -96,6 +96,13 @@ class Target:
         return 16
 
     @property
+    def vector_registers(self):
+        """How many SIMD registers kernels can keep values in."""
+        if self.triple.startswith(("aarch64", "arm64")) or "avx512f" in self.feature_set:
+            return 32
+        return 16
+
+    @property
     def has_fma(self):
         found = self.feature_set
         return "fma" in found or not self.triple.startswith("x86_64")

@@ -8,7 +8,9 @@ does is used. A kernel also tells the memory planner which input an output may o
 
 import math
 
-from myelin.codegen.llvm import irutil
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil, threads
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 
 
@@ -43,14 +45,59 @@ class Kernel:
 
 
 class EmitContext:
-    """Where a kernel emits: the IR builder, the target, and the addresses of tensors."""
+    """Where a kernel emits: the IR builder, the target, the addresses of tensors, the number
+    of threads a kernel may split its work over, and arrays made at compile time (``keep``)."""
 
-    def __init__(self, builder, target, instance_ptr, instance_alignment):
+    def __init__(self, builder, target, instance_ptr, instance_alignment, threads=1,
+                 arrays=None):
         self.builder = builder
         self.target = target
         self.instance_ptr = instance_ptr
         self.instance_alignment = instance_alignment
+        self.threads = threads
+        self.arrays = [] if arrays is None else arrays
         self.status = 1     # what the cell function returns when the current step fails
+
+    def keep(self, array):
+        """Keep ``array`` (made at compile time, such as packed weights) alive as long as the
+        network; returns a ptr value addressing its first element."""
+        self.arrays.append(array)
+        return self.builder.inttoptr(irutil.i64(array.ctypes.data), irutil.PTR)
+
+    def parallel(self, name, tensors, count, emit_task):
+        """Run ``emit_task(ctx, index)`` for ``index`` in [0, count): inline for one task or
+        one thread, else as a function ``void(ptr, i64)`` whose tasks the worker pool and
+        the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``."""
+        b = self.builder
+        if count == 1:
+            emit_task(self, irutil.i64(0))
+            return
+        if self.threads <= 1:
+            with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
+                emit_task(self, index)
+            return
+        module = b.module
+        function = ir.Function(module, threads.TASK_TYPE, module.get_unique_name(name))
+        function.linkage = "internal"
+        function.attributes.add("nounwind")
+        inner = ir.IRBuilder(function.append_basic_block("entry"))
+        table, index = function.args
+        roots = list({id(t.root()): t.root() for t in tensors}.values())
+        pointers = {id(root): inner.load(irutil.element_ptr(inner, table, "int64", irutil.i64(i)),
+                                         typ=irutil.PTR)
+                    for i, root in enumerate(roots)}
+        sub = ArgumentContext(inner, self.target, pointers, self, threads=1,
+                              alignment=self.alignment)
+        emit_task(sub, index)
+        inner.ret_void()
+        # The call: a table of the tensors' addresses on the stack, then the pool.
+        slots = irutil.stack_array(b, irutil.PTR, len(roots), 8)
+        for i, root in enumerate(roots):
+            b.store(self.pointer(root), irutil.element_ptr(b, slots, "int64", irutil.i64(i)))
+        parallel_for = b.inttoptr(irutil.i64(threads.pool(self.threads).parallel_for_address),
+                                  irutil.PTR)
+        irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
+                            [function, slots, irutil.i64(count)])
 
     def fail_if(self, condition):
         """Return from the cell function with the current step's status if ``condition`` (an
@@ -83,3 +130,22 @@ class EmitContext:
         if strides is None:
             strides = contiguous_strides(tensor.shape)
         return Operand(self.pointer(tensor), tensor.dtype, tuple(strides), self.alignment(tensor))
+
+
+class ArgumentContext(EmitContext):
+    """An emit context in a function of its own, whose tensors' addresses are given values
+    (``pointers``: id of the root tensor to a ptr value). ``alignment`` tells what their
+    addresses are known to be aligned to; by default only to the element size (a function
+    shared by several steps)."""
+
+    def __init__(self, builder, target, pointers, parent, threads, alignment=None):
+        super().__init__(builder, target, None, parent.instance_alignment, threads,
+                         parent.arrays)
+        self.pointers = pointers
+        self.known_alignment = alignment
+
+    def pointer(self, tensor):
+        return self.pointers[id(tensor.root())]
+
+    def alignment(self, tensor):
+        return self.known_alignment(tensor) if self.known_alignment else tensor.itemsize

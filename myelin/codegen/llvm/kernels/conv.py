@@ -18,7 +18,7 @@ import math
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
-from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
+from myelin.codegen.llvm.kernels.base import ArgumentContext, Kernel
 from myelin.ops import conv as conv_ops
 
 ROWS = 4
@@ -83,20 +83,6 @@ def nested_loops(b, sizes, body, name="o"):
     level(0, [])
 
 
-class _ArgumentContext(EmitContext):
-    """An emit context whose tensors are the arguments of an outlined function."""
-
-    def __init__(self, builder, target, arguments, instance_alignment):
-        super().__init__(builder, target, None, instance_alignment)
-        self.arguments = arguments
-
-    def pointer(self, tensor):
-        return self.arguments[id(tensor)]
-
-    def alignment(self, tensor):
-        return tensor.itemsize
-
-
 def outlined(ctx, step, emit):
     """Emit ``emit(sub_ctx)`` into a function of its own, called from the cell function with
     the addresses of the step's tensors; steps with the same types and attributes share it.
@@ -122,8 +108,8 @@ def outlined(ctx, step, emit):
             for argument in function.args:
                 argument.add_attribute("noalias")
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        arguments = {id(t): a for t, a in zip(tensors, function.args)}
-        emit(_ArgumentContext(builder, ctx.target, arguments, ctx.instance_alignment))
+        arguments = {id(t.root()): a for t, a in zip(tensors, function.args)}
+        emit(ArgumentContext(builder, ctx.target, arguments, ctx, ctx.threads))
         builder.ret_void()
         cache[key] = function
     ctx.builder.call(function, [ctx.pointer(t) for t in tensors])

@@ -1,34 +1,111 @@
-"""Matrix multiplication: C = op(A) x op(B) over broadcast batch dimensions.
+"""Matrix multiplication: C = op(A) x op(B) over broadcast batch dimensions, and ``FusedMatMul``
+(the same with an element-wise epilogue applied to each result before it is stored).
 
-With B in row-major order (not transposed) the kernel computes register tiles of up to
-``ROWS`` rows by ``VECTORS`` vectors of C: for each k, one vector of B's row k is loaded per
-tile column and multiplied by A[i, k] splatted over the lanes, so every loaded element is used
-``ROWS`` times. With B transposed, each C element is a dot product of two rows contiguous in k,
-computed in vectors with a horizontal sum.
+C is computed in register tiles of up to ``rows`` x ``vectors`` SIMD vectors (6 x 2 with 16
+vector registers, 14 x 2 with 32): for each k, the tile's vectors of B's row k are loaded once
+and multiplied by A[i, k] splatted over the lanes for every row i of the tile, so each load
+feeds ``rows`` fused multiply-adds; the accumulators stay in registers for the whole k loop and
+the epilogue runs on them. Tiles with few rows (a vector times a matrix) split k over several
+accumulator sets so the multiply-adds do not wait on each other.
 
-``FusedMatMul`` is the same product with an element-wise epilogue: where a result (a vector
-of ``lanes`` columns or a scalar) is stored, the epilogue recipe is applied to it first, with
-its extra inputs loaded at the same batch, row and columns through their broadcast strides.
+B is read in panels of ``vectors x lanes`` columns, stored k-major (a panel's row k is one
+contiguous run), so the tile's loads are sequential and the panel stays in cache while every
+row of A passes over it. A constant B is packed into panels once, at compile time; a variable B
+is packed at run time, a group of panels at a time into a buffer on the stack, when enough rows
+will use it, and is otherwise read in place. Panels past B's last column are zero-padded and
+only the real columns are stored.
+
+The work (batch x row blocks x panel blocks) is split into tasks that the worker pool runs on
+all threads when the product is large enough (:meth:`EmitContext.parallel`).
 """
+
+import math
+
+import numpy as np
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.reduction import horizontal
+from myelin.codegen.llvm.kernels.conv import ival
 from myelin.flow import dtypes
+from myelin.plan.cell import CONSTANT
 
-ROWS = 4
-VECTORS = 3
-
-
-def _fadd(b, x, y):
-    return b.fadd(x, y) if irutil.is_float(x.type) else b.add(x, y)
+VECTORS = 2                   # vectors per tile row
+ACCUMULATORS = 8              # independent multiply-add chains a tile keeps at least
+PANEL_GROUP_BYTES = 192 << 10  # the panels a group of tile rows reuses: about half of L2
+PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's stack
+PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
+SPLIT_MIN_K = 32              # shorter products keep one accumulator set
+PARALLEL_FLOPS = 1 << 19      # smaller products run on the caller's thread
+TASKS_PER_THREAD = 4
 
 
 def _madd(b, x, y, acc):
     if irutil.is_float(acc.type):
         return mathlib.fmuladd(b, x, y, acc)
     return b.add(b.mul(x, y), acc)
+
+
+def _add(b, x, y):
+    return b.fadd(x, y) if irutil.is_float(x.type) else b.add(x, y)
+
+
+def _ceil(x, y):
+    return -(-x // y)
+
+
+class _Plan:
+    """The shapes, tile sizes, packing and task split of one product."""
+
+    def __init__(self, ctx, step):
+        a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
+        self.trans_a = step.attrs.get_bool("transpose_a", False)
+        self.trans_b = step.attrs.get_bool("transpose_b", False)
+        self.m, self.n = c.shape[-2], c.shape[-1]
+        self.k = a.shape[-2] if self.trans_a else a.shape[-1]
+        self.batch = c.shape[:-2]
+        self.batches = math.prod(self.batch)
+        self.dtype = c.dtype
+        self.itemsize = dtypes.itemsize(self.dtype)
+        self.lanes = loops.lanes(ctx.target, self.dtype)
+        self.vectors = VECTORS
+        self.width = self.lanes * self.vectors                      # columns per panel
+        registers = ctx.target.vector_registers
+        self.rows = max(1, min(self.m, (registers - self.vectors - 1) // self.vectors))
+        self.panels = _ceil(self.n, self.width)
+        self.full_panels = self.n // self.width
+        self.epilogue = fused.epilogue(step) if step.type == "FusedMatMul" else None
+
+        root = b.root()
+        panel_bytes = self.k * self.width * self.itemsize
+        if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
+            self.packing = "compile"
+        elif self.trans_b or (panel_bytes <= PACK_BUFFER_BYTES
+                              and self.m >= PACK_MIN_TILES * self.rows):
+            self.packing = "run"          # B transposed is always packed: its columns are rows
+        else:
+            self.packing = "none"
+        self._split(ctx.threads, 2 * self.m * self.n * self.k * self.batches)
+        limit = PACK_BUFFER_BYTES if self.packing == "run" else PANEL_GROUP_BYTES
+        self.group = max(1, min(self.block_panels, limit // max(panel_bytes, 1)))
+
+    def _split(self, threads, flops):
+        """Row blocks (multiples of ``rows``) and panel blocks per batch entry for the tasks."""
+        tiles = _ceil(self.m, self.rows)
+        row_blocks = panel_blocks = 1
+        if threads > 1 and flops >= PARALLEL_FLOPS:
+            wanted = _ceil(threads * TASKS_PER_THREAD, self.batches)   # tasks per batch entry
+            row_blocks = min(tiles, wanted)
+            panel_blocks = min(self.panels, _ceil(wanted, row_blocks))
+        self.block_rows = _ceil(tiles, row_blocks) * self.rows
+        self.row_blocks = _ceil(self.m, self.block_rows)
+        self.block_panels = _ceil(self.panels, panel_blocks)
+        self.panel_blocks = _ceil(self.panels, self.block_panels)
+        self.tasks = self.batches * self.row_blocks * self.panel_blocks
+
+    def a_strides(self):
+        """Element strides of A along (row i, k)."""
+        return (1, self.m) if self.trans_a else (self.k, 1)
 
 
 class MatMulKernel(Kernel):
@@ -67,155 +144,318 @@ class MatMulKernel(Kernel):
         return (2 * k + parts) * c.elements
 
     def emit(self, ctx, step):
-        a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
-        trans_a = step.attrs.get_bool("transpose_a", False)
-        trans_b = step.attrs.get_bool("transpose_b", False)
-        m, n = c.shape[-2], c.shape[-1]
-        k = a.shape[-2] if trans_a else a.shape[-1]
-        batch = c.shape[:-2]
-        operands = [ctx.operand(t, self._batch_strides(t, batch)) for t in (a, b, c)]
-        # Extra epilogue inputs: batch strides for the loops, (row, column) strides for loads.
-        extra_strides = [loops.broadcast_strides(x.shape, c.shape) for x in step.inputs[2:]]
-        operands += [ctx.operand(x, s[:-2]) for x, s in zip(step.inputs[2:], extra_strides)]
-        geometry = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, dtype=c.dtype,
-                        epilogue=fused.epilogue(step) if step.type == "FusedMatMul" else None,
-                        extra_strides=[s[-2:] for s in extra_strides])
+        plan = _Plan(ctx, step)
+        packed = self._pack_constant(ctx, step, plan) if plan.packing == "compile" else None
+        ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, plan.tasks,
+                     lambda sub, index: _Task(sub, step, plan, packed, index).emit())
 
-        def product(pointers):
-            if trans_b:
-                self._emit_dots(ctx, pointers, geometry)
+    @staticmethod
+    def _pack_constant(ctx, step, plan):
+        """B's matrices in panels, [B batch..., panel, k, width], zero-padded past column n."""
+        b = step.inputs[1]
+        data = np.asarray(b.root().var.data).reshape(b.shape).astype(dtypes.to_numpy(b.dtype))
+        if plan.trans_b:
+            data = np.swapaxes(data, -1, -2)
+        pad = plan.panels * plan.width - plan.n
+        data = np.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, pad)])
+        data = data.reshape(data.shape[:-1] + (plan.panels, plan.width))
+        return np.ascontiguousarray(np.moveaxis(data, -2, -3))
+
+
+class _Task:
+    """The code of one task: a batch entry, a block of rows and a block of panels."""
+
+    def __init__(self, ctx, step, plan, packed, index):
+        self.ctx, self.step, self.plan, self.b = ctx, step, plan, ctx.builder
+        self.packed = packed
+        self.index = index
+
+    def emit(self):
+        b, plan = self.b, self.plan
+        per_batch = plan.row_blocks * plan.panel_blocks
+        batch, block = self.index, irutil.i64(0)
+        if per_batch > 1:
+            batch = b.udiv(self.index, irutil.i64(per_batch))
+            block = b.urem(self.index, irutil.i64(per_batch))
+        self._pointers(batch)
+        # Bounds are ints where there is one block, so small products get simple loops.
+        row_start, row_end = 0, plan.m
+        if plan.row_blocks > 1:
+            row_block = b.udiv(block, irutil.i64(plan.panel_blocks))
+            row_start = b.mul(row_block, irutil.i64(plan.block_rows))
+            row_end = self._min(b.add(row_start, irutil.i64(plan.block_rows)), plan.m)
+        panel_start, panel_end = 0, plan.panels
+        if plan.panel_blocks > 1:
+            panel_start = b.mul(b.urem(block, irutil.i64(plan.panel_blocks)),
+                                irutil.i64(plan.block_panels))
+            panel_end = self._min(b.add(panel_start, irutil.i64(plan.block_panels)),
+                                  plan.panels)
+        buffer = None
+        if plan.packing == "run":
+            buffer = irutil.stack_array(b, irutil.storage_type(plan.dtype),
+                                        plan.group * plan.k * plan.width)
+        if plan.panel_blocks == 1 and plan.group >= plan.panels:
+            self._group(0, plan.panels, row_start, row_end, buffer)
+            return
+        with irutil.for_range(b, panel_start, panel_end, plan.group, name="pg") as group:
+            group_end = self._min(b.add(group, irutil.i64(plan.group)), panel_end)
+            self._group(group, group_end, row_start, row_end, buffer)
+
+    def _group(self, group, group_end, row_start, row_end, buffer):
+        if buffer is not None:
+            self._pack_group(buffer, group, group_end)
+        self._rows(row_start, row_end, group, group_end, buffer)
+
+    def _min(self, value, bound):
+        if isinstance(value, int) and isinstance(bound, int):
+            return min(value, bound)
+        b = self.b
+        value, bound = ival(value), ival(bound)
+        return b.select(b.icmp_signed("<", value, bound), value, bound)
+
+    def _is_last(self, group_end):
+        """An i1 (or a bool) saying whether the panels end with the last, partial one."""
+        if isinstance(group_end, int):
+            return group_end == self.plan.panels
+        return self.b.icmp_signed("==", group_end, irutil.i64(self.plan.panels))
+
+    def _when(self, condition, emit):
+        if isinstance(condition, bool):
+            if condition:
+                emit()
+            return
+        with self.b.if_then(condition):
+            emit()
+
+    def _pointers(self, batch):
+        """Pointers to this batch entry's matrices of A, B (or its packed panels), C and the
+        epilogue's extra inputs."""
+        b, plan, step = self.b, self.plan, self.step
+        c = step.outputs[0]
+
+        def at(base, strides):
+            """``base`` advanced by the batch entry's coordinates times ``strides``."""
+            total, rest = irutil.i64(0), batch
+            for size, stride in reversed(list(zip(plan.batch, strides))):
+                if stride:
+                    coordinate = b.urem(rest, irutil.i64(size))
+                    total = b.add(total, b.mul(coordinate, irutil.i64(stride)))
+                rest = b.udiv(rest, irutil.i64(size))
+            return irutil.element_ptr(b, base, plan.dtype, total)
+
+        def matrices(tensor, matrix):
+            return [s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], plan.batch)]
+
+        a, bt = step.inputs[:2]
+        self.a = at(self.ctx.pointer(a), matrices(a, a.shape[-2] * a.shape[-1]))
+        if self.packed is not None:
+            self.bp = at(self.ctx.keep(self.packed),
+                         matrices(bt, plan.panels * plan.k * plan.width))
+        else:
+            self.bp = at(self.ctx.pointer(bt), matrices(bt, bt.shape[-2] * bt.shape[-1]))
+        self.c = at(self.ctx.pointer(c), matrices(c, plan.m * plan.n))
+        self.extras = []
+        for x in step.inputs[2:]:
+            strides = loops.broadcast_strides(x.shape, c.shape)
+            self.extras.append((at(self.ctx.pointer(x), strides[:-2]), strides[-2:]))
+
+    # Packing a group of panels of a variable B into the stack buffer.
+    def _pack_group(self, buffer, group, group_end):
+        b, plan = self.b, self.plan
+        full_end = self._min(group_end, plan.full_panels)
+        with irutil.for_range(b, group, full_end, name="pp") as panel:
+            self._pack_panel(buffer, group, panel, plan.width)
+        if plan.full_panels < plan.panels:
+            last = irutil.i64(plan.panels - 1)
+            self._when(self._is_last(group_end), lambda: self._pack_panel(
+                buffer, group, last, plan.n - plan.full_panels * plan.width))
+
+    def _pack_panel(self, buffer, group, panel, columns):
+        """Copy B[:, panel columns] into the buffer (k-major), zeros past ``columns``: whole
+        rows as vectors where B is row-major and the panel full, else element by element."""
+        b, plan = self.b, self.plan
+        dtype, lanes, width = plan.dtype, plan.lanes, plan.width
+        destination = irutil.element_ptr(b, buffer, dtype,
+                                         b.mul(b.sub(panel, ival(group)),
+                                               irutil.i64(plan.k * width)))
+        first = b.mul(panel, irutil.i64(width))
+        if columns == width and not plan.trans_b:
+            with irutil.for_range(b, 0, plan.k, name="pk") as kk:
+                row = irutil.element_ptr(b, destination, dtype, b.mul(kk, irutil.i64(width)))
+                source = irutil.element_ptr(b, self.bp, dtype,
+                                            b.add(b.mul(kk, irutil.i64(plan.n)), first))
+                for v in range(plan.vectors):
+                    at = irutil.i64(v * lanes)
+                    value = irutil.load(b, irutil.element_ptr(b, source, dtype, at), dtype,
+                                        lanes, plan.itemsize)
+                    irutil.store(b, value, irutil.element_ptr(b, row, dtype, at), dtype,
+                                 plan.itemsize)
+            return
+        # B[kk, j] is at kk * n + j, or j * k + kk when B is transposed.
+        j_stride, k_stride = (plan.k, 1) if plan.trans_b else (1, plan.n)
+        zero = irutil.const(irutil.storage_type(dtype), 0)
+        with irutil.for_range(b, 0, width, name="pj") as j:
+            column = b.add(first, j)
+            inside = b.icmp_signed("<", j, irutil.i64(columns))
+            with irutil.for_range(b, 0, plan.k, name="pk") as kk:
+                target = irutil.element_ptr(b, destination, dtype,
+                                            b.add(b.mul(kk, irutil.i64(width)), j))
+                with b.if_else(inside) as (copy, pad):
+                    with copy:
+                        index = b.add(b.mul(column, irutil.i64(j_stride)),
+                                      b.mul(kk, irutil.i64(k_stride)))
+                        value = irutil.load(b, irutil.element_ptr(b, self.bp, dtype, index),
+                                            dtype, 1, plan.itemsize)
+                        irutil.store(b, value, target, dtype, plan.itemsize)
+                    with pad:
+                        irutil.store(b, zero, target, dtype, plan.itemsize)
+
+    # Tiles.
+    def _rows(self, row_start, row_end, group, group_end, buffer):
+        """Every tile row of [row_start, row_end) over the panels [group, group_end)."""
+        b, plan = self.b, self.plan
+        if isinstance(row_end, int):
+            full_end = row_end - row_end % plan.rows
+            has_remainder = full_end < row_end
+        else:
+            count = b.sub(row_end, row_start)
+            full_end = b.add(row_start, b.mul(b.udiv(count, irutil.i64(plan.rows)),
+                                              irutil.i64(plan.rows)))
+            has_remainder = b.icmp_signed("<", full_end, row_end)
+        with irutil.for_range(b, row_start, full_end, plan.rows, name="i") as i:
+            self._panels(i, plan.rows, group, group_end, buffer)
+        remainder = plan.m % plan.rows
+        if remainder:
+            # Only the last row block has a remainder, and it is always m % rows rows.
+            self._when(has_remainder, lambda: self._panels(ival(full_end), remainder, group,
+                                                           group_end, buffer))
+
+    def _panels(self, i, rows, group, group_end, buffer):
+        b, plan = self.b, self.plan
+        full_end = self._min(group_end, plan.full_panels)
+        with irutil.for_range(b, group, full_end, name="j") as panel:
+            self._tile(i, rows, panel, group, buffer, plan.width)
+        if plan.full_panels < plan.panels:
+            last = irutil.i64(plan.panels - 1)
+            columns = plan.n - plan.full_panels * plan.width
+            if plan.packing == "none":
+                self._when(self._is_last(group_end),
+                           lambda: self._unpacked_tail(i, rows, last, columns))
             else:
-                self._emit_tiles(ctx, pointers, geometry)
+                self._when(self._is_last(group_end),
+                           lambda: self._tile(i, rows, last, group, buffer, columns))
 
-        loops.outer_loops(ctx.builder, batch, operands, [op.strides for op in operands], product)
+    def _panel_source(self, panel, group, buffer):
+        """(pointer to the panel's row 0, elements between its rows)."""
+        b, plan = self.b, self.plan
+        if plan.packing == "compile":
+            at = b.mul(panel, irutil.i64(plan.k * plan.width))
+            return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.width
+        if plan.packing == "run":
+            at = b.mul(b.sub(panel, ival(group)), irutil.i64(plan.k * plan.width))
+            return irutil.element_ptr(b, buffer, plan.dtype, at), plan.width
+        at = b.mul(panel, irutil.i64(plan.width))
+        return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.n
 
-    @staticmethod
-    def _batch_strides(tensor, batch):
-        """Element strides of ``tensor``'s matrices over the output's batch dimensions."""
-        matrix = tensor.shape[-2] * tensor.shape[-1]
-        return tuple(s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], batch))
+    def _tile(self, i, rows, panel, group, buffer, columns):
+        source, stride = self._panel_source(panel, group, buffer)
+        column = self.b.mul(panel, irutil.i64(self.plan.width))
+        self._product(i, rows, column, source, stride, self.plan.vectors, self.plan.lanes,
+                      columns)
 
-    @staticmethod
-    def _store(ctx, pointers, g, value, row, column):
+    def _unpacked_tail(self, i, rows, panel, columns):
+        """The last, partial panel of a B read in place: whole vectors, then single columns."""
+        plan, b = self.plan, self.b
+        vectors = columns // plan.lanes
+        first = plan.full_panels * plan.width
+        if vectors:
+            source = irutil.element_ptr(b, self.bp, plan.dtype, irutil.i64(first))
+            self._product(i, rows, irutil.i64(first), source, plan.n, vectors, plan.lanes,
+                          vectors * plan.lanes)
+        rest = columns - vectors * plan.lanes
+        if rest:
+            start = first + vectors * plan.lanes
+            with irutil.for_range(b, start, plan.n, name="js") as column:
+                source = irutil.element_ptr(b, self.bp, plan.dtype, column)
+                self._product(i, rows, column, source, plan.n, 1, 1, 1)
+
+    def _product(self, i, rows, column, source, stride, vectors, lanes, columns):
+        """C[i:i+rows, column:column+columns] = A rows x the B panel at ``source`` (``vectors``
+        vectors of ``lanes`` per row, ``stride`` elements apart), through the epilogue."""
+        b, plan = self.b, self.plan
+        dtype = plan.dtype
+        acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
+        zero = irutil.const(acc_type, 0)
+        tile = rows * vectors
+        split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
+        row_stride, k_stride = plan.a_strides()
+        a_rows = [irutil.element_ptr(b, self.a, dtype,
+                                     b.mul(b.add(i, irutil.i64(r)), irutil.i64(row_stride)))
+                  for r in range(rows)]
+
+        def step(kk, accumulators):
+            b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(stride)))
+            loaded = [irutil.load(b, irutil.element_ptr(b, b_row, dtype, irutil.i64(v * lanes)),
+                                  dtype, lanes, plan.itemsize) for v in range(vectors)]
+            out = []
+            for r in range(rows):
+                at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(k_stride)))
+                scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize), lanes)
+                out += [_madd(b, scalar, loaded[v], accumulators[r * vectors + v])
+                        for v in range(vectors)]
+            return out
+
+        main = plan.k - plan.k % split
+        with irutil.accumulating_loop(b, 0, main, [zero] * (tile * split), split,
+                                      name="k") as loop:
+            values = list(loop.values)
+            for s in range(split):
+                kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
+                values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
+            loop.set_next(values)
+        results = loop.results
+        sums = results[:tile]
+        for s in range(1, split):
+            sums = [_add(b, x, y) for x, y in zip(sums, results[s * tile:(s + 1) * tile])]
+        if main < plan.k:
+            with irutil.accumulating_loop(b, main, plan.k, sums, name="kr") as loop:
+                loop.set_next(step(loop.index, loop.values))
+            sums = loop.results
+        for r in range(rows):
+            row = b.add(i, irutil.i64(r))
+            for v in range(vectors):
+                first = v * lanes
+                valid = min(lanes, columns - first)
+                if valid <= 0:
+                    break
+                at = b.add(column, irutil.i64(first))
+                value = sums[r * vectors + v]
+                if valid == lanes:
+                    self._store(value, row, at)
+                else:
+                    for lane in range(valid):
+                        self._store(b.extract_element(value, irutil.i64(lane)), row,
+                                    b.add(at, irutil.i64(lane)))
+
+    def _store(self, value, row, column):
         """Store ``value`` at C[row, column:column + lanes], through the epilogue if any."""
-        b = ctx.builder
-        dtype = g["dtype"]
-        itemsize = dtypes.itemsize(dtype)
-        if g["epilogue"] is not None:
+        b, plan = self.b, self.plan
+        dtype = plan.dtype
+        if plan.epilogue is not None:
             lanes = irutil.width_of(value)
             extras = []
-            for ptr, (row_stride, column_stride) in zip(pointers[3:], g["extra_strides"]):
+            for ptr, (row_stride, column_stride) in self.extras:
                 # Broadcast strides of a dense tensor are 0 or 1 along the columns.
                 index = b.add(b.mul(row, irutil.i64(row_stride)),
                               b.mul(column, irutil.i64(column_stride)))
                 at = irutil.element_ptr(b, ptr, dtype, index)
                 if column_stride == 0:
-                    extras.append(irutil.splat(b, irutil.load(b, at, dtype, 1, itemsize), lanes))
+                    extras.append(irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize),
+                                               lanes))
                 else:
-                    extras.append(irutil.load(b, at, dtype, lanes, itemsize))
-            (value,) = g["epilogue"].evaluate(b, [value] + extras)
-        index = b.add(b.mul(row, irutil.i64(g["n"])), column)
-        irutil.store(b, value, irutil.element_ptr(b, pointers[2], dtype, index), dtype, itemsize)
+                    extras.append(irutil.load(b, at, dtype, lanes, plan.itemsize))
+            (value,) = plan.epilogue.evaluate(b, [value] + extras)
+        index = b.add(b.mul(row, irutil.i64(plan.n)), column)
+        irutil.store(b, value, irutil.element_ptr(b, self.c, dtype, index), dtype,
+                     plan.itemsize)
 
-    # B row-major: register tiles of C.
-    def _emit_tiles(self, ctx, pointers, g):
-        b = ctx.builder
-        m, n, dtype = g["m"], g["n"], g["dtype"]
-        lanes = loops.lanes(ctx.target, dtype)
-        if n < lanes:
-            lanes = 1
-        wide = lanes * VECTORS
-        full_wide = n - n % wide if lanes > 1 else 0
-        full_vec = n - n % lanes if lanes > 1 else 0
-
-        def row_block(i0, rows):
-            if full_wide:
-                with irutil.for_range(b, 0, full_wide, wide, name="j") as j0:
-                    self._tile(ctx, pointers, g, i0, j0, rows, VECTORS, lanes)
-            if full_vec > full_wide:
-                with irutil.for_range(b, full_wide, full_vec, lanes, name="jv") as j0:
-                    self._tile(ctx, pointers, g, i0, j0, rows, 1, lanes)
-            if n > full_vec:
-                with irutil.for_range(b, full_vec, n, 1, name="js") as j0:
-                    self._tile(ctx, pointers, g, i0, j0, rows, 1, 1)
-
-        full_rows = m - m % ROWS
-        if full_rows:
-            with irutil.for_range(b, 0, full_rows, ROWS, name="i") as i0:
-                row_block(i0, ROWS)
-        if m > full_rows:
-            row_block(irutil.i64(full_rows), m - full_rows)
-
-    def _tile(self, ctx, pointers, g, i0, j0, rows, vectors, lanes):
-        b = ctx.builder
-        a_ptr, b_ptr = pointers[:2]
-        k, n, m, dtype = g["k"], g["n"], g["m"], g["dtype"]
-        acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
-        zero = irutil.const(acc_type, 0)
-        itemsize = dtypes.itemsize(dtype)
-        # A[i, kk] is at i*k + kk, or kk*m + i when A is transposed.
-        a_row, a_col = (1, m) if g["trans_a"] else (k, 1)
-        rows_at = [b.add(i0, irutil.i64(r)) for r in range(rows)]
-        with irutil.accumulating_loop(b, 0, k, [zero] * (rows * vectors), name="kk") as loop:
-            kk = loop.index
-            b_row = b.mul(kk, irutil.i64(n))
-            b_values = []
-            for v in range(vectors):
-                column = b.add(j0, irutil.i64(v * lanes))
-                at = irutil.element_ptr(b, b_ptr, dtype, b.add(b_row, column))
-                b_values.append(irutil.load(b, at, dtype, lanes, itemsize))
-            nxt = []
-            for r in range(rows):
-                index = b.add(b.mul(rows_at[r], irutil.i64(a_row)), b.mul(kk, irutil.i64(a_col)))
-                scalar = irutil.load(b, irutil.element_ptr(b, a_ptr, dtype, index), dtype, 1,
-                                     itemsize)
-                broadcast = irutil.splat(b, scalar, lanes)
-                for v in range(vectors):
-                    nxt.append(_madd(b, broadcast, b_values[v], loop.values[r * vectors + v]))
-            loop.set_next(nxt)
-        for r in range(rows):
-            for v in range(vectors):
-                column = b.add(j0, irutil.i64(v * lanes))
-                self._store(ctx, pointers, g, loop.results[r * vectors + v], rows_at[r], column)
-
-    # B transposed: dot products of rows.
-    def _emit_dots(self, ctx, pointers, g):
-        b = ctx.builder
-        a_ptr, b_ptr = pointers[:2]
-        m, n, k, dtype = g["m"], g["n"], g["k"], g["dtype"]
-        itemsize = dtypes.itemsize(dtype)
-        lanes = loops.lanes(ctx.target, dtype)
-        a_row, a_col = (1, m) if g["trans_a"] else (k, 1)
-        if k < lanes or g["trans_a"]:
-            lanes = 1
-        vector_end = k - k % lanes if lanes > 1 else 0
-        scalar_type = irutil.compute_type(dtype)
-
-        with irutil.for_range(b, 0, m, name="i") as i:
-            with irutil.for_range(b, 0, n, name="j") as j:
-                a_base = b.mul(i, irutil.i64(a_row))
-                b_base = b.mul(j, irutil.i64(k))
-                total = irutil.const(scalar_type, 0)
-                if vector_end:
-                    zero = irutil.const(irutil.vector_of(scalar_type, lanes), 0)
-                    with irutil.accumulating_loop(b, 0, vector_end, [zero], lanes,
-                                                  name="kv") as loop:
-                        x = irutil.load(b, irutil.element_ptr(b, a_ptr, dtype,
-                                                               b.add(a_base, loop.index)),
-                                        dtype, lanes, itemsize)
-                        y = irutil.load(b, irutil.element_ptr(b, b_ptr, dtype,
-                                                               b.add(b_base, loop.index)),
-                                        dtype, lanes, itemsize)
-                        loop.set_next([_madd(b, x, y, loop.values[0])])
-                    total = horizontal(b, loop.results[0], _fadd)
-                if vector_end < k:
-                    with irutil.accumulating_loop(b, vector_end, k, [total], name="ks") as loop:
-                        a_index = b.add(a_base, b.mul(loop.index, irutil.i64(a_col)))
-                        x = irutil.load(b, irutil.element_ptr(b, a_ptr, dtype, a_index), dtype,
-                                        1, itemsize)
-                        y = irutil.load(b, irutil.element_ptr(b, b_ptr, dtype,
-                                                               b.add(b_base, loop.index)),
-                                        dtype, 1, itemsize)
-                        loop.set_next([_madd(b, x, y, loop.values[0])])
-                    total = loop.results[0]
-                self._store(ctx, pointers, g, total, i, j)

@@ -1,0 +1,293 @@
+"""The worker pool that compiled cells split their large kernels over, in native code.
+
+A kernel that runs in parallel calls ``myelin_parallel_for(task, context, count)``: the calling
+thread and the pool's workers claim task indices 0..count-1 (``task(context, index)`` each)
+until none is left, and the call returns when all have finished. No Python runs on this path,
+and the GIL is not involved: a cell's ``compute()`` stays one native call.
+
+The pool is one LLVM module compiled once per process. Its state is a global record::
+
+    word      generation << 32 | next task index, claimed with compare-and-swap
+    done      tasks finished in this generation
+    task, context, count   the current work
+    sequence, sleepers     futex word and the number of workers waiting on it
+    lock      held by the thread whose work the pool runs; others run their tasks alone
+    stop, workers
+
+Workers spin (with ``pause``) for a while after their last task, so consecutive parallel steps
+start without a system call, then sleep on a futex until the next generation. A claim is a
+compare-and-swap on ``word`` that checks the generation, so a worker that read the work of an
+old generation can never run a task of a new one. The caller always takes tasks too: a pool
+without workers (1 thread, after ``fork``, or while another thread holds it) just runs them
+all in the caller.
+"""
+
+import atexit
+import ctypes
+import os
+import platform
+import threading
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import engine, irutil
+from myelin.codegen.llvm import target as targets
+
+I32, I64, PTR = irutil.I32, irutil.I64, irutil.PTR
+TASK_TYPE = ir.FunctionType(ir.VoidType(), [PTR, I64])
+PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64])
+SPINS = 200_000                 # pause loops before a worker sleeps (about a millisecond)
+_FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129                       # the *_PRIVATE operations
+# Fields of the pool record.
+WORD, DONE, TASK, CONTEXT, COUNT, SEQUENCE, SLEEPERS, LOCK, STOP, WORKERS = range(10)
+_POOL_TYPE = ir.LiteralStructType([I64, I64, PTR, PTR, I64, I32, I32, I32, I32, I32])
+_FIELD_SIZES = [8, 8, 8, 8, 8, 4, 4, 4, 4, 4]
+
+
+def default_threads():
+    """The number of cores this process may run on ($MYELIN_THREADS overrides it)."""
+    value = os.environ.get("MYELIN_THREADS")
+    if value:
+        return max(1, int(value))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+class _Emitter:
+    """Builds the pool module: the claim loop, the worker's main function, parallel_for."""
+
+    def __init__(self, module):
+        self.module = module
+        self.pool = ir.GlobalVariable(module, _POOL_TYPE, "myelin_pool")
+        self.pool.initializer = ir.Constant(_POOL_TYPE, None)
+        self.pool.align = 64
+        futex = _FUTEX.get(platform.machine())
+        self.futex = futex
+        if futex is not None:
+            self.syscall = ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True),
+                                       "syscall")
+        self.pause = None
+        if platform.machine() in ("x86_64", "AMD64"):
+            self.pause = ir.Function(module, ir.FunctionType(ir.VoidType(), []),
+                                     "llvm.x86.sse2.pause")
+
+    def field(self, b, index):
+        return b.gep(self.pool, [ir.Constant(I32, 0), ir.Constant(I32, index)], inbounds=True)
+
+    def load(self, b, index, ordering="seq_cst"):
+        typ = _POOL_TYPE.elements[index]
+        return b.load_atomic(self.field(b, index), ordering, _FIELD_SIZES[index], typ=typ)
+
+    def store(self, b, index, value, ordering="seq_cst"):
+        # IRBuilder.store_atomic insists on typed pointers; build the instruction directly.
+        b._insert(ir.instructions.StoreAtomicInstr(b.block, value, self.field(b, index),
+                                                   ordering, _FIELD_SIZES[index]))
+
+    def spin(self, b):
+        if self.pause is not None:
+            b.call(self.pause, [])
+
+    def futex_call(self, b, operation, value):
+        if self.futex is None:
+            return
+        b.call(self.syscall, [irutil.i64(self.futex), self.field(b, SEQUENCE),
+                              ir.Constant(I32, operation), ir.Constant(I32, value),
+                              ir.Constant(PTR, None)])
+
+    def function(self, name, ftype, linkage=None):
+        function = ir.Function(self.module, ftype, name)
+        function.attributes.add("nounwind")
+        if linkage:
+            function.linkage = linkage
+        return function, ir.IRBuilder(function.append_basic_block("entry"))
+
+    def run_tasks(self):
+        """``run(generation)``: claim and run tasks of ``generation`` until none is left."""
+        function, b = self.function("myelin_run_tasks", ir.FunctionType(ir.VoidType(), [I64]),
+                                    "internal")
+        generation = function.args[0]
+        loop, claim, run, finish = (function.append_basic_block(n)
+                                    for n in ("loop", "claim", "run", "finish"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        word = self.load(b, WORD)
+        current = b.icmp_unsigned("==", b.lshr(word, irutil.i64(32)), generation)
+        index = b.and_(word, irutil.i64(0xFFFFFFFF))
+        count = self.load(b, COUNT, "monotonic")
+        b.cbranch(b.and_(current, b.icmp_unsigned("<", index, count)), claim, finish)
+        b.position_at_end(claim)
+        task = self.load(b, TASK, "monotonic")
+        context = self.load(b, CONTEXT, "monotonic")
+        swap = b.cmpxchg(self.field(b, WORD), word, b.add(word, irutil.i64(1)), "seq_cst",
+                         "seq_cst")
+        b.cbranch(b.extract_value(swap, 1), run, loop)
+        b.position_at_end(run)
+        irutil.call_pointer(b, task, TASK_TYPE, [context, index])
+        b.atomic_rmw("add", self.field(b, DONE), irutil.i64(1), "seq_cst")
+        b.branch(loop)
+        b.position_at_end(finish)
+        b.ret_void()
+        return function
+
+    def worker(self, run_tasks):
+        """``ptr myelin_worker(ptr)``, a thread's start routine: wait for work, run it."""
+        function, b = self.function("myelin_worker", ir.FunctionType(PTR, [PTR]))
+        entry = b.block
+        wait, check, sleep, work, leave = (function.append_basic_block(n)
+                                           for n in ("wait", "check", "sleep", "work", "leave"))
+        seen0 = b.lshr(self.load(b, WORD), irutil.i64(32))
+        b.branch(wait)
+        # wait: spins counts down; seen is the last generation worked on.
+        b.position_at_end(wait)
+        seen = b.phi(I64, "seen")
+        spins = b.phi(I64, "spins")
+        seen.add_incoming(seen0, entry)
+        spins.add_incoming(irutil.i64(SPINS), entry)
+        stop = b.icmp_unsigned("!=", self.load(b, STOP, "monotonic"), ir.Constant(I32, 0))
+        b.cbranch(stop, leave, check)
+        b.position_at_end(check)
+        generation = b.lshr(self.load(b, WORD), irutil.i64(32))
+        new = b.icmp_unsigned("!=", generation, seen)
+        b.cbranch(new, work, sleep)
+        b.position_at_end(work)
+        b.call(run_tasks, [generation])
+        seen.add_incoming(generation, work)
+        spins.add_incoming(irutil.i64(SPINS), work)
+        b.branch(wait)
+        b.position_at_end(sleep)
+        self.spin(b)
+        left = b.sub(spins, irutil.i64(1))
+        with b.if_then(b.icmp_signed("<=", left, irutil.i64(0))):
+            sequence = self.load(b, SEQUENCE)
+            b.atomic_rmw("add", self.field(b, SLEEPERS), ir.Constant(I32, 1), "seq_cst")
+            idle = b.icmp_unsigned("==", b.lshr(self.load(b, WORD), irutil.i64(32)), seen)
+            awake = b.icmp_unsigned("==", self.load(b, STOP), ir.Constant(I32, 0))
+            with b.if_then(b.and_(idle, awake)):
+                if self.futex is not None:
+                    b.call(self.syscall, [irutil.i64(self.futex), self.field(b, SEQUENCE),
+                                          ir.Constant(I32, _FUTEX_WAIT), sequence,
+                                          ir.Constant(PTR, None)])
+            b.atomic_rmw("sub", self.field(b, SLEEPERS), ir.Constant(I32, 1), "seq_cst")
+        after = b.block
+        spins.add_incoming(b.select(b.icmp_signed("<=", left, irutil.i64(0)),
+                                    irutil.i64(SPINS), left), after)
+        seen.add_incoming(seen, after)
+        b.branch(wait)
+        b.position_at_end(leave)
+        b.ret(ir.Constant(PTR, None))
+
+    def parallel_for(self, run_tasks):
+        """``myelin_parallel_for(task, context, count)``: run tasks 0..count-1, return when done."""
+        function, b = self.function("myelin_parallel_for", PARALLEL_FOR_TYPE)
+        task, context, count = function.args
+        alone, share, publish, wait, spin, unlock = (
+            function.append_basic_block(n)
+            for n in ("alone", "share", "publish", "wait", "spin", "unlock"))
+        workers = self.load(b, WORKERS, "monotonic")
+        few = b.or_(b.icmp_signed("<=", count, irutil.i64(1)),
+                    b.icmp_unsigned("==", workers, ir.Constant(I32, 0)))
+        b.cbranch(few, alone, share)
+        # Alone: every task in this thread.
+        b.position_at_end(alone)
+        with irutil.for_range(b, 0, count, name="t") as index:
+            irutil.call_pointer(b, task, TASK_TYPE, [context, index])
+        b.ret_void()
+        b.position_at_end(share)
+        locked = b.cmpxchg(self.field(b, LOCK), ir.Constant(I32, 0), ir.Constant(I32, 1),
+                           "acquire", "monotonic")
+        b.cbranch(b.extract_value(locked, 1), publish, alone)
+        b.position_at_end(publish)
+        self.store(b, TASK, task, "monotonic")
+        self.store(b, CONTEXT, context, "monotonic")
+        self.store(b, COUNT, count, "monotonic")
+        self.store(b, DONE, irutil.i64(0))
+        generation = b.add(b.lshr(self.load(b, WORD), irutil.i64(32)), irutil.i64(1))
+        generation = b.and_(generation, irutil.i64(0xFFFFFFFF))
+        self.store(b, WORD, b.shl(generation, irutil.i64(32)))
+        b.atomic_rmw("add", self.field(b, SEQUENCE), ir.Constant(I32, 1), "seq_cst")
+        sleeping = b.icmp_unsigned("!=", self.load(b, SLEEPERS), ir.Constant(I32, 0))
+        with b.if_then(sleeping):
+            self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
+        b.call(run_tasks, [generation])
+        b.branch(wait)
+        b.position_at_end(wait)
+        finished = b.icmp_signed(">=", self.load(b, DONE), count)
+        b.cbranch(finished, unlock, spin)
+        b.position_at_end(spin)
+        self.spin(b)
+        b.branch(wait)
+        b.position_at_end(unlock)
+        self.store(b, LOCK, ir.Constant(I32, 0), "release")
+        b.ret_void()
+
+    def wake(self):
+        """``myelin_wake()``: wake every sleeping worker (to see ``stop``)."""
+        _, b = self.function("myelin_wake", ir.FunctionType(ir.VoidType(), []))
+        b.atomic_rmw("add", self.field(b, SEQUENCE), ir.Constant(I32, 1), "seq_cst")
+        self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
+        b.ret_void()
+
+
+class Pool:
+    """The process's worker pool: its compiled code, its record and its threads."""
+
+    def __init__(self):
+        module = ir.Module(name="myelin_threads")
+        emitter = _Emitter(module)
+        run_tasks = emitter.run_tasks()
+        emitter.worker(run_tasks)
+        emitter.parallel_for(run_tasks)
+        emitter.wake()
+        self._code = engine.compile_module(module, targets.host())
+        self.parallel_for_address = self._code.address("myelin_parallel_for")
+        self._record = self._code.global_address("myelin_pool")
+        self._threads = []
+        self._lock = threading.Lock()
+        self._libc = ctypes.CDLL(None, use_errno=True)
+
+    def _field(self, index, ctype):
+        offset = sum(_FIELD_SIZES[:index])
+        return ctype.from_address(self._record + offset)
+
+    @property
+    def workers(self):
+        return len(self._threads)
+
+    def ensure(self, threads):
+        """Make sure ``threads - 1`` workers are running (the caller is the last thread)."""
+        with self._lock:
+            while len(self._threads) < threads - 1:
+                handle = ctypes.c_ulong()
+                status = self._libc.pthread_create(
+                    ctypes.byref(handle), None, ctypes.c_void_p(self._code.address("myelin_worker")),
+                    ctypes.c_void_p(self._record))
+                if status != 0:
+                    break                    # fewer workers: tasks still all run
+                self._threads.append(handle)
+            self._field(WORKERS, ctypes.c_int32).value = len(self._threads)
+
+    def shutdown(self):
+        """Stop and join the workers (at exit, before the code they run is freed)."""
+        with self._lock:
+            self._field(STOP, ctypes.c_int32).value = 1
+            ctypes.CFUNCTYPE(None)(self._code.address("myelin_wake"))()
+            for handle in self._threads:
+                self._libc.pthread_join(handle, None)
+            self._threads = []
+            self._field(WORKERS, ctypes.c_int32).value = 0
+            self._field(STOP, ctypes.c_int32).value = 0
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def pool(threads):
+    """The process's pool with at least ``threads - 1`` workers started."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = Pool()
+            atexit.register(_pool.shutdown)
+    _pool.ensure(threads)
+    return _pool
