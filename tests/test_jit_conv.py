@@ -85,12 +85,13 @@ def _flow(cases, dtype, indices=False):
     return flow
 
 
-def _check(cases, dtype, features, indices=False):
+def _check(cases, dtype, features, indices=False, **options):
     rng = np.random.default_rng()
     flow = _flow(cases, dtype, indices)
     inputs = {name: {var: random_array(rng, dtype, var.shape) for var in func.ops[0].inputs}
               for name, func in flow.funcs.items()}
-    run_and_compare(flow, inputs, TOLERANCE[dtype], features)
+    net = run_and_compare(flow, inputs, TOLERANCE[dtype], features, **options)
+    return {name: net.cell(name).steps[0].kernel.name for name in flow.funcs}
 
 
 @pytest.mark.parametrize("dtype,features", [("float32", p) for p in PRESETS]
@@ -127,6 +128,20 @@ def test_larger_conv_sizes():
              ("Conv", [(1, 8, 31, 64), (9, 8, 3, 3)], dict(strides=[2, 2], pads=[0, 1, 1, 0])),
              ("Conv", [(1, 24, 14, 14), (24, 24, 1, 1), (24,)], {})]
     _check(cases, "float32", "host")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_conv_as_matrix_product_split_over_threads(threads):
+    """2-D convolutions with one group run as matrix products over gathered panels, split
+    into tasks by output pixels; grouped ones keep the direct kernel."""
+    cases = [("Conv", [(2, 16, 30, 33), (24, 16, 3, 3), (24,)], dict(pads=[1, 1, 1, 1])),
+             ("Conv", [(1, 8, 40, 37), (20, 8, 3, 3)], dict(strides=[2, 2], pads=[1, 0, 1, 1],
+                                                             dilations=[1, 2])),
+             ("Conv", [(1, 32, 20, 20), (40, 32, 1, 1), (40,)], {}),
+             ("Conv", [(1, 3, 64, 64), (16, 3, 7, 7)], dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+             ("Conv", [(1, 16, 24, 24), (16, 4, 3, 3)], dict(group=4, pads=[1, 1, 1, 1]))]
+    kernels = _check(cases, "float32", "host", threads=threads)
+    assert list(kernels.values()) == ["ConvGemm"] * 4 + ["Conv"]
 
 
 # Batch normalization folded into a Conv.

@@ -149,6 +149,44 @@ def test_threads_compute_concurrently_with_same_results():
         np.testing.assert_array_equal(results[k], serial[k])
 
 
+def test_parallel_kernels_on_concurrent_threads():
+    """Cells whose kernels split work over the worker pool still compute correctly when
+    several Python threads run instances at once (one uses the pool, the others run their
+    tasks alone), with the same bits every time."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    a = f.var("a", "float32", [96, 200])
+    weights = rng.standard_normal((200, 300)).astype(np.float32)
+    y = f.tanh(f.matmul(a, f.array("W", weights)), name="y")
+    cell = myelin.Compiler(threads=2).compile(flow).cell("f")
+    inputs = [rng.standard_normal((96, 200)).astype(np.float32) for _ in range(3)]
+    expected = [np.tanh(value.astype(np.float64) @ weights.astype(np.float64))
+                for value in inputs]
+    results = [None] * 3
+
+    def work(k):
+        data = cell.instance()
+        data[a] = inputs[k]
+        data.compute()
+        first = np.asarray(data[y]).copy()
+        for _ in range(300):
+            data.compute()
+            if not np.array_equal(np.asarray(data[y]), first):
+                results[k] = "changed"
+                return
+        results[k] = first
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(3):
+        assert not isinstance(results[k], str), results[k]
+        np.testing.assert_allclose(results[k], expected[k], rtol=1e-4, atol=1e-5)
+
+
 def test_unsupported_ops_are_listed_at_once():
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")

@@ -93,6 +93,37 @@ def element_ptr(builder, base, dtype, index):
     return builder.gep(base, [index], source_etype=storage_type(dtype))
 
 
+def gather(builder, base, dtype, offsets):
+    """The elements of ``dtype`` at ``base[offsets]`` (a vector of i32 or i64 offsets, each
+    inside the array) as a vector; LLVM picks a gather instruction or scalar loads."""
+    width = offsets.type.count
+    index_type = ir.VectorType(I64, width)
+    if offsets.type.element != I64:
+        offsets = builder.sext(offsets, index_type)
+    scale = ir.Constant(index_type, dtypes.itemsize(dtype))
+    addresses = builder.add(splat(builder, builder.ptrtoint(base, I64), width),
+                            builder.mul(offsets, scale))
+    pointer_type = ir.VectorType(PTR, width)
+    value_type = ir.VectorType(storage_type(dtype), width)
+    name = f"llvm.masked.gather.v{width}{_intrinsic_suffix(storage_type(dtype))}.v{width}p0"
+    module = builder.module
+    function = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(value_type, [pointer_type, I32, ir.VectorType(I1, width),
+                                             value_type]), name)
+    everywhere = ir.Constant(ir.VectorType(I1, width), [1] * width)
+    return builder.call(function, [builder.inttoptr(addresses, pointer_type),
+                                   ir.Constant(I32, dtypes.itemsize(dtype)), everywhere,
+                                   ir.Constant(value_type, ir.Undefined)])
+
+
+def _intrinsic_suffix(typ):
+    if isinstance(typ, ir.FloatType):
+        return "f32"
+    if isinstance(typ, ir.DoubleType):
+        return "f64"
+    return f"i{typ.width}"
+
+
 def stack_array(builder, element_type, count, align=64):
     """A ptr to ``count`` elements of ``element_type`` in the current function's stack frame
     (allocated in its entry block, so loops do not grow the stack)."""

@@ -3,6 +3,7 @@
 from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.conv import ConvKernel, ConvTransposeKernel
+from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
 from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
 from myelin.codegen.llvm.kernels.fused import CalculateKernel
 from myelin.codegen.llvm.kernels.indexing import KERNELS as _INDEXING_KERNELS
@@ -38,7 +39,7 @@ for _type in ViewKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(_VIEW)
 for _type in PoolKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(PoolKernel())
-_LIBRARY.setdefault("Conv", []).append(ConvKernel())
+_LIBRARY.setdefault("Conv", []).extend([ConvGemmKernel(), ConvKernel()])
 _LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
 _LIBRARY.setdefault("LRN", []).append(LRNKernel())
 for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS:

@@ -54,49 +54,63 @@ def _ceil(x, y):
     return -(-x // y)
 
 
-class _Plan:
-    """The shapes, tile sizes, packing and task split of one product."""
+class Plan:
+    """The shapes, tile sizes, packing and task split of C[m, n] = A[m, k] x B[k, n] over
+    ``batch``. ``packing`` is "compile" (B constant, packed into panels by the kernel), "run"
+    (a group of panels packed on the stack by each task) or "none" (B read in place);
+    ``split_rows`` says to split tasks by rows first (else by panels, which suits a B whose
+    packing is the costly part, as in a convolution)."""
 
-    def __init__(self, ctx, step):
-        a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
-        self.trans_a = step.attrs.get_bool("transpose_a", False)
-        self.trans_b = step.attrs.get_bool("transpose_b", False)
-        self.m, self.n = c.shape[-2], c.shape[-1]
-        self.k = a.shape[-2] if self.trans_a else a.shape[-1]
-        self.batch = c.shape[:-2]
+    def __init__(self, ctx, m, n, k, batch, dtype, packing, trans_a=False, trans_b=False,
+                 epilogue=None, split_rows=True):
+        self.m, self.n, self.k, self.batch, self.dtype = m, n, k, tuple(batch), dtype
+        self.trans_a, self.trans_b, self.epilogue = trans_a, trans_b, epilogue
         self.batches = math.prod(self.batch)
-        self.dtype = c.dtype
-        self.itemsize = dtypes.itemsize(self.dtype)
-        self.lanes = loops.lanes(ctx.target, self.dtype)
+        self.itemsize = dtypes.itemsize(dtype)
+        self.lanes = loops.lanes(ctx.target, dtype)
         self.vectors = VECTORS
         self.width = self.lanes * self.vectors                      # columns per panel
         registers = ctx.target.vector_registers
-        self.rows = max(1, min(self.m, (registers - self.vectors - 1) // self.vectors))
-        self.panels = _ceil(self.n, self.width)
-        self.full_panels = self.n // self.width
-        self.epilogue = fused.epilogue(step) if step.type == "FusedMatMul" else None
-
-        root = b.root()
-        panel_bytes = self.k * self.width * self.itemsize
-        if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
-            self.packing = "compile"
-        elif self.trans_b or (panel_bytes <= PACK_BUFFER_BYTES
-                              and self.m >= PACK_MIN_TILES * self.rows):
-            self.packing = "run"          # B transposed is always packed: its columns are rows
-        else:
-            self.packing = "none"
-        self._split(ctx.threads, 2 * self.m * self.n * self.k * self.batches)
-        limit = PACK_BUFFER_BYTES if self.packing == "run" else PANEL_GROUP_BYTES
+        self.rows = max(1, min(m, (registers - self.vectors - 1) // self.vectors))
+        self.panels = _ceil(n, self.width)
+        self.full_panels = n // self.width
+        self.packing = packing
+        self._split(ctx.threads, 2 * m * n * k * self.batches, split_rows)
+        panel_bytes = k * self.width * self.itemsize
+        limit = PACK_BUFFER_BYTES if packing == "run" else PANEL_GROUP_BYTES
         self.group = max(1, min(self.block_panels, limit // max(panel_bytes, 1)))
 
-    def _split(self, threads, flops):
+    @classmethod
+    def for_matmul(cls, ctx, step):
+        a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
+        trans_a = step.attrs.get_bool("transpose_a", False)
+        trans_b = step.attrs.get_bool("transpose_b", False)
+        m, n = c.shape[-2], c.shape[-1]
+        k = a.shape[-2] if trans_a else a.shape[-1]
+        rows = max(1, min(m, (ctx.target.vector_registers - VECTORS - 1) // VECTORS))
+        panel_bytes = k * VECTORS * loops.lanes(ctx.target, c.dtype) * c.itemsize
+        root = b.root()
+        if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
+            packing = "compile"
+        elif trans_b or (panel_bytes <= PACK_BUFFER_BYTES and m >= PACK_MIN_TILES * rows):
+            packing = "run"          # B transposed is always packed: its columns are rows
+        else:
+            packing = "none"
+        epilogue = fused.epilogue(step) if step.type == "FusedMatMul" else None
+        return cls(ctx, m, n, k, c.shape[:-2], c.dtype, packing, trans_a, trans_b, epilogue)
+
+    def _split(self, threads, flops, split_rows):
         """Row blocks (multiples of ``rows``) and panel blocks per batch entry for the tasks."""
         tiles = _ceil(self.m, self.rows)
         row_blocks = panel_blocks = 1
         if threads > 1 and flops >= PARALLEL_FLOPS:
             wanted = _ceil(threads * TASKS_PER_THREAD, self.batches)   # tasks per batch entry
-            row_blocks = min(tiles, wanted)
-            panel_blocks = min(self.panels, _ceil(wanted, row_blocks))
+            if split_rows:
+                row_blocks = min(tiles, wanted)
+                panel_blocks = min(self.panels, _ceil(wanted, row_blocks))
+            else:
+                panel_blocks = min(self.panels, wanted)
+                row_blocks = min(tiles, _ceil(wanted, panel_blocks))
         self.block_rows = _ceil(tiles, row_blocks) * self.rows
         self.row_blocks = _ceil(self.m, self.block_rows)
         self.block_panels = _ceil(self.panels, panel_blocks)
@@ -144,10 +158,10 @@ class MatMulKernel(Kernel):
         return (2 * k + parts) * c.elements
 
     def emit(self, ctx, step):
-        plan = _Plan(ctx, step)
+        plan = Plan.for_matmul(ctx, step)
         packed = self._pack_constant(ctx, step, plan) if plan.packing == "compile" else None
         ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, plan.tasks,
-                     lambda sub, index: _Task(sub, step, plan, packed, index).emit())
+                     lambda sub, index: _MatMulTask(sub, step, plan, packed, index).emit())
 
     @staticmethod
     def _pack_constant(ctx, step, plan):
@@ -162,13 +176,21 @@ class MatMulKernel(Kernel):
         return np.ascontiguousarray(np.moveaxis(data, -2, -3))
 
 
-class _Task:
-    """The code of one task: a batch entry, a block of rows and a block of panels."""
+class Task:
+    """The code of one task of a product: a batch entry, a block of rows and a block of
+    panels. Subclasses say where the batch entry's A, B and C are (``pointers``) and may pack
+    B's panels their own way (``pack_panel``)."""
 
-    def __init__(self, ctx, step, plan, packed, index):
-        self.ctx, self.step, self.plan, self.b = ctx, step, plan, ctx.builder
-        self.packed = packed
+    def __init__(self, ctx, plan, index):
+        self.ctx, self.plan, self.b = ctx, plan, ctx.builder
         self.index = index
+        self.a = self.bp = self.c = None
+        self.extras = []        # (pointer, (row stride, column stride)) of epilogue inputs
+        self.bias = None        # a pointer to a value per row added before the epilogue
+
+    def pointers(self, batch):
+        """Set ``a``, ``bp`` (B or its packed panels), ``c`` and ``extras`` for ``batch``."""
+        raise NotImplementedError
 
     def emit(self):
         b, plan = self.b, self.plan
@@ -177,7 +199,7 @@ class _Task:
         if per_batch > 1:
             batch = b.udiv(self.index, irutil.i64(per_batch))
             block = b.urem(self.index, irutil.i64(per_batch))
-        self._pointers(batch)
+        self.pointers(batch)
         # Bounds are ints where there is one block, so small products get simple loops.
         row_start, row_end = 0, plan.m
         if plan.row_blocks > 1:
@@ -227,50 +249,18 @@ class _Task:
         with self.b.if_then(condition):
             emit()
 
-    def _pointers(self, batch):
-        """Pointers to this batch entry's matrices of A, B (or its packed panels), C and the
-        epilogue's extra inputs."""
-        b, plan, step = self.b, self.plan, self.step
-        c = step.outputs[0]
-
-        def at(base, strides):
-            """``base`` advanced by the batch entry's coordinates times ``strides``."""
-            total, rest = irutil.i64(0), batch
-            for size, stride in reversed(list(zip(plan.batch, strides))):
-                if stride:
-                    coordinate = b.urem(rest, irutil.i64(size))
-                    total = b.add(total, b.mul(coordinate, irutil.i64(stride)))
-                rest = b.udiv(rest, irutil.i64(size))
-            return irutil.element_ptr(b, base, plan.dtype, total)
-
-        def matrices(tensor, matrix):
-            return [s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], plan.batch)]
-
-        a, bt = step.inputs[:2]
-        self.a = at(self.ctx.pointer(a), matrices(a, a.shape[-2] * a.shape[-1]))
-        if self.packed is not None:
-            self.bp = at(self.ctx.keep(self.packed),
-                         matrices(bt, plan.panels * plan.k * plan.width))
-        else:
-            self.bp = at(self.ctx.pointer(bt), matrices(bt, bt.shape[-2] * bt.shape[-1]))
-        self.c = at(self.ctx.pointer(c), matrices(c, plan.m * plan.n))
-        self.extras = []
-        for x in step.inputs[2:]:
-            strides = loops.broadcast_strides(x.shape, c.shape)
-            self.extras.append((at(self.ctx.pointer(x), strides[:-2]), strides[-2:]))
-
     # Packing a group of panels of a variable B into the stack buffer.
     def _pack_group(self, buffer, group, group_end):
         b, plan = self.b, self.plan
         full_end = self._min(group_end, plan.full_panels)
         with irutil.for_range(b, group, full_end, name="pp") as panel:
-            self._pack_panel(buffer, group, panel, plan.width)
+            self.pack_panel(buffer, group, panel, plan.width)
         if plan.full_panels < plan.panels:
             last = irutil.i64(plan.panels - 1)
-            self._when(self._is_last(group_end), lambda: self._pack_panel(
+            self._when(self._is_last(group_end), lambda: self.pack_panel(
                 buffer, group, last, plan.n - plan.full_panels * plan.width))
 
-    def _pack_panel(self, buffer, group, panel, columns):
+    def pack_panel(self, buffer, group, panel, columns):
         """Copy B[:, panel columns] into the buffer (k-major), zeros past ``columns``: whole
         rows as vectors where B is row-major and the panel full, else element by element."""
         b, plan = self.b, self.plan
@@ -441,6 +431,10 @@ class _Task:
         """Store ``value`` at C[row, column:column + lanes], through the epilogue if any."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
+        if self.bias is not None:
+            term = irutil.load(b, irutil.element_ptr(b, self.bias, dtype, row), dtype, 1,
+                               plan.itemsize)
+            value = _add(b, value, irutil.splat(b, term, irutil.width_of(value)))
         if plan.epilogue is not None:
             lanes = irutil.width_of(value)
             extras = []
@@ -459,3 +453,43 @@ class _Task:
         irutil.store(b, value, irutil.element_ptr(b, self.c, dtype, index), dtype,
                      plan.itemsize)
 
+
+
+class _MatMulTask(Task):
+    """A task of a MatMul or FusedMatMul step."""
+
+    def __init__(self, ctx, step, plan, packed, index):
+        super().__init__(ctx, plan, index)
+        self.step = step
+        self.packed = packed
+
+    def pointers(self, batch):
+        """Pointers to this batch entry's matrices of A, B (or its packed panels), C and the
+        epilogue's extra inputs."""
+        b, plan, step = self.b, self.plan, self.step
+        c = step.outputs[0]
+
+        def at(base, strides):
+            """``base`` advanced by the batch entry's coordinates times ``strides``."""
+            total, rest = irutil.i64(0), batch
+            for size, stride in reversed(list(zip(plan.batch, strides))):
+                if stride:
+                    coordinate = b.urem(rest, irutil.i64(size))
+                    total = b.add(total, b.mul(coordinate, irutil.i64(stride)))
+                rest = b.udiv(rest, irutil.i64(size))
+            return irutil.element_ptr(b, base, plan.dtype, total)
+
+        def matrices(tensor, matrix):
+            return [s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], plan.batch)]
+
+        a, bt = step.inputs[:2]
+        self.a = at(self.ctx.pointer(a), matrices(a, a.shape[-2] * a.shape[-1]))
+        if self.packed is not None:
+            self.bp = at(self.ctx.keep(self.packed),
+                         matrices(bt, plan.panels * plan.k * plan.width))
+        else:
+            self.bp = at(self.ctx.pointer(bt), matrices(bt, bt.shape[-2] * bt.shape[-1]))
+        self.c = at(self.ctx.pointer(c), matrices(c, plan.m * plan.n))
+        for x in step.inputs[2:]:
+            strides = loops.broadcast_strides(x.shape, c.shape)
+            self.extras.append((at(self.ctx.pointer(x), strides[:-2]), strides[-2:]))

@@ -1,0 +1,155 @@
+"""2-D convolution as a matrix product over gathered panels (an implicit im2col).
+
+For each image, Y[Cout, OH*OW] = W[Cout, Cin*KH*KW] x X', where row (c, ky, kx) of X' holds,
+for every output pixel, the input element that tap meets (zero in the padding). X' is never
+built whole: the matrix product's tasks (:mod:`matmul`) pack a group of panels of X' at a time
+into a buffer on the stack, straight from the image, and run the register-tile kernel over
+them with the weights as A, so every gathered element feeds all the output channels. Tasks
+split the output pixels (not the channels), so no panel is gathered twice. The bias is added
+to each tile before it is stored.
+
+Packing a panel row takes whole vectors of an input row where the pixels are consecutive in
+one output row and the taps inside the image (unit stride); elsewhere it gathers with the
+out-of-image lanes set to zero. A 1x1 convolution with unit strides and no padding reads X as
+the matrix [Cin, H*W] it already is.
+"""
+
+import math
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.conv import ival, supported_floats
+from myelin.codegen.llvm.kernels.matmul import Plan, Task
+from myelin.ops import conv as conv_ops
+
+I32 = irutil.I32
+
+
+class ConvGemmKernel(Kernel):
+    """``Conv`` on NCHW images with one group, as a matrix product per image."""
+
+    name = "ConvGemm"
+
+    def supports(self, step, target):
+        if step.type != "Conv" or len(step.inputs[0].shape) != 4 or not supported_floats(step):
+            return False
+        g = conv_ops.geometry(step)
+        return g.group == 1 and math.prod(g.input) * g.in_channels < 2 ** 31
+
+    def flops(self, step):
+        return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
+
+    def emit(self, ctx, step):
+        g = conv_ops.geometry(step)
+        taps = g.in_channels * math.prod(g.kernel)
+        plan = Plan(ctx, g.out_channels, math.prod(g.output), taps, (g.batch,),
+                    step.outputs[0].dtype, "run", split_rows=False)
+        ctx.parallel(f"Conv.{step.name}", step.inputs + step.outputs, plan.tasks,
+                     lambda sub, index: _ConvTask(sub, step, plan, g, index).emit())
+
+
+class _ConvTask(Task):
+    """A task of a convolution: its image's pointers, and panels gathered from the image."""
+
+    def __init__(self, ctx, step, plan, geometry, index):
+        super().__init__(ctx, plan, index)
+        self.step, self.g = step, geometry
+        g = geometry
+        self.pointwise = (all(k == 1 for k in g.kernel) and all(s == 1 for s in g.strides)
+                          and not any(g.pads_begin + g.pads_end))
+
+    def pointers(self, batch):
+        b, g, dtype = self.b, self.g, self.plan.dtype
+        x, w, y = self.step.inputs[0], self.step.inputs[1], self.step.outputs[0]
+        image = g.in_channels * math.prod(g.input)
+        self.a = self.ctx.pointer(w)
+        self.bp = irutil.element_ptr(b, self.ctx.pointer(x), dtype,
+                                     b.mul(batch, irutil.i64(image)))
+        self.c = irutil.element_ptr(b, self.ctx.pointer(y), dtype,
+                                    b.mul(batch, irutil.i64(self.plan.m * self.plan.n)))
+        if len(self.step.inputs) > 2:
+            self.bias = self.ctx.pointer(self.step.inputs[2])
+
+    def pack_panel(self, buffer, group, panel, columns):
+        if self.pointwise:
+            super().pack_panel(buffer, group, panel, columns)
+            return
+        b, plan, g = self.b, self.plan, self.g
+        lanes, dtype, width = plan.lanes, plan.dtype, plan.width
+        (height, in_width), (kh, kw) = g.input, g.kernel
+        (sh, sw), (dh, dw), (ph, pw) = g.strides, g.dilations, g.pads_begin
+        out_width = g.output[1]
+        destination = irutil.element_ptr(b, buffer, dtype, b.mul(b.sub(panel, ival(group)),
+                                                                 irutil.i64(plan.k * width)))
+        vector = ir.VectorType(I32, lanes)
+        first = b.trunc(b.mul(panel, irutil.i64(width)), I32)
+        lines = []
+        for v in range(plan.vectors):
+            pixel = b.add(irutil.splat(b, first, lanes),
+                          ir.Constant(vector, [v * lanes + i for i in range(lanes)]))
+            valid = b.icmp_signed("<", pixel, ir.Constant(vector, [plan.n] * lanes))
+            row = b.udiv(pixel, ir.Constant(vector, [out_width] * lanes))
+            column = b.urem(pixel, ir.Constant(vector, [out_width] * lanes))
+            top = b.sub(b.mul(row, ir.Constant(vector, [sh] * lanes)), ir.Constant(vector, [ph] * lanes))
+            left = b.sub(b.mul(column, ir.Constant(vector, [sw] * lanes)),
+                         ir.Constant(vector, [pw] * lanes))
+            # The whole vector lies in one output row when its first and last pixel do.
+            first_row = b.extract_element(row, ir.Constant(I32, 0))
+            last_row = b.extract_element(row, ir.Constant(I32, lanes - 1))
+            last_valid = b.extract_element(valid, ir.Constant(I32, lanes - 1))
+            one_row = b.and_(b.icmp_signed("==", first_row, last_row), last_valid)
+            lines.append((valid, top, left, one_row, b.extract_element(top, ir.Constant(I32, 0)),
+                          b.extract_element(left, ir.Constant(I32, 0))))
+        plane = height * in_width
+        zero = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
+        with irutil.for_range(b, 0, g.in_channels, name="gc") as channel:
+            channel_base = b.trunc(b.mul(channel, irutil.i64(plane)), I32)
+            with irutil.for_range(b, 0, kh, name="gy") as ky:
+                ky32 = b.trunc(ky, I32)
+                with irutil.for_range(b, 0, kw, name="gx") as kx:
+                    kx32 = b.trunc(kx, I32)
+                    tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky), irutil.i64(kw)), kx)
+                    target_row = irutil.element_ptr(b, destination, dtype,
+                                                    b.mul(tap, irutil.i64(width)))
+                    for v, (valid, top, left, one_row, top0, left0) in enumerate(lines):
+                        y_in = b.add(top0, b.mul(ky32, ir.Constant(I32, dh)))
+                        x_in = b.add(left0, b.mul(kx32, ir.Constant(I32, dw)))
+                        target = irutil.element_ptr(b, target_row, dtype, irutil.i64(v * lanes))
+                        self._pack_line(target, valid, top, left, one_row, y_in, x_in, ky32,
+                                        kx32, channel_base, zero)
+
+    def _pack_line(self, target, valid, top, left, one_row, y_in, x_in, ky, kx, channel_base,
+                   zero):
+        """One vector of a panel row: contiguous when it can be, else gathered."""
+        b, plan, g = self.b, self.plan, self.g
+        lanes, dtype = plan.lanes, plan.dtype
+        (height, in_width), (sh, sw), (dh, dw) = g.input, g.strides, g.dilations
+        vector = ir.VectorType(I32, lanes)
+        inside_rows = b.icmp_unsigned("<", y_in, ir.Constant(I32, height))
+        contiguous = one_row
+        if sw == 1:
+            fits = b.and_(b.icmp_signed(">=", x_in, ir.Constant(I32, 0)),
+                          b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - lanes)))
+            contiguous = b.and_(one_row, fits)
+        else:
+            contiguous = ir.Constant(irutil.I1, 0)
+        with b.if_else(contiguous) as (fast, slow):
+            with fast:
+                start = b.add(channel_base, b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in))
+                start = b.select(inside_rows, start, ir.Constant(I32, 0))
+                value = irutil.load(b, irutil.element_ptr(b, self.bp, dtype, b.sext(start, irutil.I64)),
+                                    dtype, lanes, plan.itemsize)
+                irutil.store(b, b.select(inside_rows, value, zero), target, dtype, plan.itemsize)
+            with slow:
+                y = b.add(top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))
+                x = b.add(left, irutil.splat(b, b.mul(kx, ir.Constant(I32, dw)), lanes))
+                inside = b.and_(valid, b.and_(
+                    b.icmp_unsigned("<", y, ir.Constant(vector, [height] * lanes)),
+                    b.icmp_unsigned("<", x, ir.Constant(vector, [in_width] * lanes))))
+                offsets = b.add(irutil.splat(b, channel_base, lanes),
+                                b.add(b.mul(y, ir.Constant(vector, [in_width] * lanes)), x))
+                offsets = b.select(inside, offsets, ir.Constant(vector, [0] * lanes))
+                value = irutil.gather(b, self.bp, dtype, offsets)
+                irutil.store(b, b.select(inside, value, zero), target, dtype, plan.itemsize)
