@@ -256,11 +256,11 @@ class Pool:
     def ensure(self, threads):
         """Make sure ``threads - 1`` workers are running (the caller is the last thread)."""
         with self._lock:
+            worker = ctypes.c_void_p(self._code.address("myelin_worker"))
             while len(self._threads) < threads - 1:
                 handle = ctypes.c_ulong()
-                status = self._libc.pthread_create(
-                    ctypes.byref(handle), None, ctypes.c_void_p(self._code.address("myelin_worker")),
-                    ctypes.c_void_p(self._record))
+                status = self._libc.pthread_create(ctypes.byref(handle), None, worker,
+                                                   ctypes.c_void_p(self._record))
                 if status != 0:
                     break                    # fewer workers: tasks still all run
                 self._threads.append(handle)

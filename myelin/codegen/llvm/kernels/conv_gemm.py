@@ -92,7 +92,8 @@ class _ConvTask(Task):
             valid = b.icmp_signed("<", pixel, ir.Constant(vector, [plan.n] * lanes))
             row = b.udiv(pixel, ir.Constant(vector, [out_width] * lanes))
             column = b.urem(pixel, ir.Constant(vector, [out_width] * lanes))
-            top = b.sub(b.mul(row, ir.Constant(vector, [sh] * lanes)), ir.Constant(vector, [ph] * lanes))
+            top = b.sub(b.mul(row, ir.Constant(vector, [sh] * lanes)),
+                        ir.Constant(vector, [ph] * lanes))
             left = b.sub(b.mul(column, ir.Constant(vector, [sw] * lanes)),
                          ir.Constant(vector, [pw] * lanes))
             # The whole vector lies in one output row when its first and last pixel do.
@@ -110,7 +111,8 @@ class _ConvTask(Task):
                 ky32 = b.trunc(ky, I32)
                 with irutil.for_range(b, 0, kw, name="gx") as kx:
                     kx32 = b.trunc(kx, I32)
-                    tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky), irutil.i64(kw)), kx)
+                    tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky),
+                                      irutil.i64(kw)), kx)
                     target_row = irutil.element_ptr(b, destination, dtype,
                                                     b.mul(tap, irutil.i64(width)))
                     for v, (valid, top, left, one_row, top0, left0) in enumerate(lines):
@@ -125,11 +127,10 @@ class _ConvTask(Task):
         """One vector of a panel row: contiguous when it can be, else gathered."""
         b, plan, g = self.b, self.plan, self.g
         lanes, dtype = plan.lanes, plan.dtype
-        (height, in_width), (sh, sw), (dh, dw) = g.input, g.strides, g.dilations
+        (height, in_width), (dh, dw) = g.input, g.dilations
         vector = ir.VectorType(I32, lanes)
         inside_rows = b.icmp_unsigned("<", y_in, ir.Constant(I32, height))
-        contiguous = one_row
-        if sw == 1:
+        if g.strides[1] == 1:
             fits = b.and_(b.icmp_signed(">=", x_in, ir.Constant(I32, 0)),
                           b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - lanes)))
             contiguous = b.and_(one_row, fits)
@@ -137,10 +138,11 @@ class _ConvTask(Task):
             contiguous = ir.Constant(irutil.I1, 0)
         with b.if_else(contiguous) as (fast, slow):
             with fast:
-                start = b.add(channel_base, b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in))
+                start = b.add(channel_base,
+                              b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in))
                 start = b.select(inside_rows, start, ir.Constant(I32, 0))
-                value = irutil.load(b, irutil.element_ptr(b, self.bp, dtype, b.sext(start, irutil.I64)),
-                                    dtype, lanes, plan.itemsize)
+                at = irutil.element_ptr(b, self.bp, dtype, b.sext(start, irutil.I64))
+                value = irutil.load(b, at, dtype, lanes, plan.itemsize)
                 irutil.store(b, b.select(inside_rows, value, zero), target, dtype, plan.itemsize)
             with slow:
                 y = b.add(top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))

@@ -54,6 +54,12 @@ def _ceil(x, y):
     return -(-x // y)
 
 
+def _tile_rows(target, m):
+    """Rows of a register tile: as many as the vector registers hold besides B's vectors and
+    the splatted A element."""
+    return max(1, min(m, (target.vector_registers - VECTORS - 1) // VECTORS))
+
+
 class Plan:
     """The shapes, tile sizes, packing and task split of C[m, n] = A[m, k] x B[k, n] over
     ``batch``. ``packing`` is "compile" (B constant, packed into panels by the kernel), "run"
@@ -70,8 +76,7 @@ class Plan:
         self.lanes = loops.lanes(ctx.target, dtype)
         self.vectors = VECTORS
         self.width = self.lanes * self.vectors                      # columns per panel
-        registers = ctx.target.vector_registers
-        self.rows = max(1, min(m, (registers - self.vectors - 1) // self.vectors))
+        self.rows = _tile_rows(ctx.target, m)
         self.panels = _ceil(n, self.width)
         self.full_panels = n // self.width
         self.packing = packing
@@ -87,7 +92,7 @@ class Plan:
         trans_b = step.attrs.get_bool("transpose_b", False)
         m, n = c.shape[-2], c.shape[-1]
         k = a.shape[-2] if trans_a else a.shape[-1]
-        rows = max(1, min(m, (ctx.target.vector_registers - VECTORS - 1) // VECTORS))
+        rows = _tile_rows(ctx.target, m)
         panel_bytes = k * VECTORS * loops.lanes(ctx.target, c.dtype) * c.itemsize
         root = b.root()
         if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
