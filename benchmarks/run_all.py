@@ -7,7 +7,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import fusion  # noqa: E402
 import guide_example  # noqa: E402
-import onnx_models  # noqa: E402
 import threads  # noqa: E402
 import workloads  # noqa: E402
 
@@ -16,7 +15,6 @@ def main():
     guide_example.main()
     threads.main()
     fusion.main()
-    onnx_models.main()
     workloads.main()
 
 

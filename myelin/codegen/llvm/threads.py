@@ -249,10 +249,6 @@ class Pool:
         offset = sum(_FIELD_SIZES[:index])
         return ctype.from_address(self._record + offset)
 
-    @property
-    def workers(self):
-        return len(self._threads)
-
     def ensure(self, threads):
         """Make sure ``threads - 1`` workers are running (the caller is the last thread)."""
         with self._lock:
