@@ -144,6 +144,18 @@ def test_conv_as_matrix_product_split_over_threads(threads):
     assert list(kernels.values()) == ["ConvGemm"] * 4 + ["Conv"]
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pools_split_over_threads(threads):
+    """Pools large enough to be split into tasks by planes (image x channel), with an
+    uneven last task."""
+    cases = [("MaxPool", [(2, 13, 120, 121)], dict(kernel_shape=[3, 3], strides=[2, 2],
+                                                 pads=[1, 1, 1, 1])),
+             ("AveragePool", [(1, 23, 64, 64)], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+             ("GlobalAveragePool", [(3, 37, 70, 71)], {})]
+    _check(cases, "float32", "host", threads=threads)
+    _check(cases[:1], "float32", "host", indices=True, threads=threads)
+
+
 # Batch normalization folded into a Conv.
 def _conv_bn(f, rng, bias=True, channels=6, extra_use=False):
     x = f.var("x", "float32", [1, 3, 9, 11])
@@ -200,11 +212,14 @@ def test_batch_norm_stays_when_the_conv_output_has_another_use():
 
 
 def test_compiled_conv_batch_norm_matches_reference():
-    """The whole pipeline (BN folded, Conv compiled) against the reference on the original."""
+    """The whole pipeline (BN folded, the ReLU fused into the Conv, compiled) against the
+    reference on the original."""
     flow = _build()
     rng = np.random.default_rng()
     x = flow.vars["f/x"]
     net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", x.shape)}},
                           TOLERANCE["float32"])
-    assert [step.type for step in net.cell("f").steps if not step.noop][0] == "Conv"
+    steps = [step for step in net.cell("f").steps if not step.noop]
+    assert [(step.type, step.attrs["expr"]) for step in steps] == [("FusedConv",
+                                                                    "@0=Relu(%0)")]
     assert not any(step.type == "BatchNormalization" for step in net.cell("f").steps)

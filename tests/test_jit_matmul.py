@@ -125,3 +125,24 @@ def test_matmul_epilogue_with_constant_weights(threads):
 def test_threads_option_is_checked():
     with pytest.raises(myelin.CompileError):
         myelin.Compiler(threads=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_folded_into_rows(threads):
+    """x[b, m, k] W + ... with W shared by the batch runs as one taller product; epilogue
+    inputs laid out like the product, or broadcast over batch and rows, fold along, and one
+    that varies by row but not by batch entry keeps the batch loop (same numbers either way)."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    inputs = {}
+    for name, extra_shape in (("full", (6, 3, 70)), ("bias", (70,)), ("rows", (3, 70))):
+        f = myelin.Builder(flow, name)
+        x = f.var("x", myelin.DT_FLOAT, [6, 3, 300])
+        extra = f.var("e", myelin.DT_FLOAT, list(extra_shape))
+        w = f.array("W", random_array(rng, "float32", (300, 70), -1, 1))
+        f.relu(f.add(f.matmul(x, w), extra), name="y")
+        inputs[name] = {x: random_array(rng, "float32", (6, 3, 300), -1, 1),
+                        extra: random_array(rng, "float32", extra_shape, -1, 1)}
+    net = run_and_compare(flow, inputs, 3e-5, threads=threads)
+    for name in inputs:
+        assert [s.type for s in net.cell(name).steps if not s.noop] == ["FusedMatMul"]

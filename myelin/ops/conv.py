@@ -351,15 +351,15 @@ def _lrn_reference(op, inputs):
     return [x / (bias + alpha / size * total) ** beta]
 
 
-_CONV_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
+CONV_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
                "group": 1, "auto_pad": "NOTSET"}
 _POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
                "auto_pad": "NOTSET", "ceil_mode": 0}
 
-register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference, attrs=dict(_CONV_ATTRS),
+register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference, attrs=dict(CONV_ATTRS),
                inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX"))
 register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,
-               attrs=dict(_CONV_ATTRS, output_padding=None, output_shape=None), inputs=(2, 3),
+               attrs=dict(CONV_ATTRS, output_padding=None, output_shape=None), inputs=(2, 3),
                doc="N-D transposed convolution with groups, as ONNX"))
 register(OpDef("MaxPool", Kind.OPAQUE, _pool_infer, _pool_reference,
                attrs=dict(_POOL_ATTRS, storage_order=0, indices=False), outputs=None,

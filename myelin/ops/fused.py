@@ -1,4 +1,4 @@
-"""Fused ops, made by the fusion pass: ``Calculate`` and ``FusedMatMul``.
+"""Fused ops, made by the fusion pass: ``Calculate``, ``FusedMatMul`` and ``FusedConv``.
 
 ``Calculate`` evaluates a :mod:`recipe <myelin.ops.recipe>` (attribute ``expr``) of
 element-wise ops over its inputs, with NumPy broadcasting; reductions in the recipe reduce over
@@ -10,13 +10,18 @@ an element-wise epilogue ``expr`` with exactly one output, ``@0``. In the epilog
 product and ``%1`` .. ``%n`` are the extra inputs ``x1`` .. ``xn`` (which broadcast to the
 product's shape).
 
-Both are defined through the registry entries of the ops they contain, so the reference
+``FusedConv(x, w, [bias], x1, ..., xn)`` is a ``Conv`` (with its attributes; ``bias`` says
+whether input 2 is the convolution's bias) followed by an epilogue ``expr`` in the same way, whose
+extra inputs have the convolution's output shape or one element.
+
+All are defined through the registry entries of the ops they contain, so the reference
 interpreter runs optimized flows unchanged.
 """
 
 from myelin.flow.attributes import Attributes
 from myelin.ops import recipe as recipes
 from myelin.ops.common import error
+from myelin.ops.conv import CONV_ATTRS
 from myelin.ops.registry import Kind, OpDef, TensorType, lookup, register
 
 _REDUCTION_ATTRS = ("axis", "keepdims")
@@ -125,9 +130,59 @@ def _fused_matmul_reference(op, inputs):
     return _run_recipe(op, _recipe(op), [product] + list(inputs[2:]))
 
 
+def conv_inputs(op):
+    """How many of a Conv's or FusedConv's inputs are the convolution's (2 or 3)."""
+    if op.type == "FusedConv":
+        return 3 if op.attrs.get_bool("bias", False) else 2
+    return len(op.inputs)
+
+
+def first_extra(op):
+    """The position of a FusedMatMul's or FusedConv's first epilogue input."""
+    return conv_inputs(op) if op.type == "FusedConv" else 2
+
+
+def conv_part(op):
+    """The Conv a FusedConv ``op`` computes before its epilogue (``op`` itself if a Conv)."""
+    if op.type == "Conv":
+        return op
+    part = RecipePart(op, "Conv", list(op.inputs[:conv_inputs(op)]))
+    for key, value in op.attrs.items():
+        if key not in ("expr", "bias"):
+            part.attrs[key] = value
+    return part
+
+
+def _fused_conv_infer(op):
+    recipe = _recipe(op)
+    if recipe.outputs != 1:
+        raise error(op, f"the epilogue must have one output, not {recipe.outputs}")
+    (product,) = lookup("Conv").infer(conv_part(op))
+    extras = list(op.inputs[first_extra(op):])
+    for x in extras:
+        if tuple(x.shape) != tuple(product.shape) and any(d != 1 for d in x.shape):
+            raise error(op, f"epilogue input {x.name} of shape {list(x.shape)} must have the "
+                            f"convolution's shape {list(product.shape)} or one element")
+    values = [ValueType(f"{op.name}[Conv]", product.dtype, product.shape)] + extras
+    (result,) = _infer_recipe(op, recipe, values)
+    if result.shape != product.shape:
+        raise error(op, f"the epilogue changes the convolution's shape {list(product.shape)} "
+                        f"to {list(result.shape)}")
+    return [result]
+
+
+def _fused_conv_reference(op, inputs):
+    split = first_extra(op)
+    (product,) = lookup("Conv").reference(conv_part(op), inputs[:split])
+    return _run_recipe(op, _recipe(op), [product] + list(inputs[split:]))
+
+
 register(OpDef("Calculate", Kind.OPAQUE, _calculate_infer, _calculate_reference,
                attrs={"expr": None, "axis": None, "keepdims": False}, inputs=(1, None),
                outputs=None, doc="fused element-wise ops and trailing reductions (a recipe)"))
 register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_matmul_infer, _fused_matmul_reference,
                attrs={"expr": None, "transpose_a": False, "transpose_b": False},
                inputs=(2, None), doc="a matrix product with a fused element-wise epilogue"))
+register(OpDef("FusedConv", Kind.OPAQUE, _fused_conv_infer, _fused_conv_reference,
+               attrs=dict(CONV_ATTRS, expr=None, bias=False), inputs=(2, None),
+               doc="a convolution with a fused element-wise epilogue"))

@@ -7,12 +7,13 @@ The rules follow NNVM's OpFusion, by the fusion kind of each op in the registry:
    broadcast into the consumer (it is then recomputed per element; loop-invariant code motion
    hoists it out of the inner loop). A merge that would make a cycle through an outside op is
    refused.
-2. A ``MatMul`` whose only consumer is a one-output element-wise group of the product's shape
-   absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual add, ...).
+2. A ``MatMul`` (or ``Conv``) whose only consumer is a one-output element-wise group of the
+   product's shape absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual
+   add, ...) or ``FusedConv`` (whose other inputs must have the output's shape or one element).
 3. A reduction over the last axis of a group's domain joins the group as a trailing reduction
    (as in Myelin's ``@0=Exp(Sub(%0,%1));@1=Sum(@0)``).
 
-Each group of two or more ops becomes a ``Calculate`` op (or ``FusedMatMul``) whose ``expr``
+Each group of two or more ops becomes a ``Calculate`` op (or a fused product) whose ``expr``
 recipe (:mod:`myelin.ops.recipe`) lists what it computes; the output variables keep their
 names.
 """
@@ -34,11 +35,11 @@ class Group:
         self.ops = [op]
         self.domain = op.outputs[0].shape
         self.dtype = op.outputs[0].dtype
-        self.matmul = None
+        self.host = None      # the MatMul or Conv whose epilogue the group is
         self.reduction_attrs = None   # (axis, keepdims) shared by the trailing reductions
 
     def members(self):
-        return set(map(id, self.ops + ([self.matmul] if self.matmul else [])))
+        return set(map(id, self.ops + ([self.host] if self.host else [])))
 
     def external_outputs(self):
         """Member outputs read outside the group or returned by the function."""
@@ -121,18 +122,31 @@ def _form_elementwise_groups(order, ctx):
     return group_of
 
 
+_FUSED_HOSTS = {"MatMul": "FusedMatMul", "Conv": "FusedConv"}
+
+
+def _outside_inputs(group):
+    """The variables the group's ops read from outside the group."""
+    made = {id(v) for op in group.ops for v in op.outputs}
+    return [v for op in group.ops for v in op.inputs if id(v) not in made]
+
+
 def _absorb_epilogues(order, group_of):
     for op in order:
-        if op.type != "MatMul" or len(op.outputs) != 1:
+        if op.type not in _FUSED_HOSTS or len(op.outputs) != 1:
             continue
         product = op.outputs[0]
         if product.is_output or len(product.consumers) != 1:
             continue
         group = group_of.get(id(product.consumers[0]))
-        if (group is None or group.matmul is not None or group.domain != product.shape
+        if (group is None or group.host is not None or group.domain != product.shape
                 or group.dtype != product.dtype or len(group.external_outputs()) != 1):
             continue
-        group.matmul = op
+        if op.type == "Conv" and not all(
+                v is product or v.shape == product.shape or all(d == 1 for d in v.shape)
+                for v in _outside_inputs(group)):
+            continue
+        group.host = op
         group_of[id(op)] = group
 
 
@@ -142,7 +156,7 @@ def _add_trailing_reductions(order, group_of):
             continue
         source, out = op.inputs[0], op.outputs[0]
         group = group_of.get(id(source.producer)) if source.producer is not None else None
-        if group is None or group.matmul is not None or source.shape != group.domain:
+        if group is None or group.host is not None or source.shape != group.domain:
             continue
         rank = len(group.domain)
         if rank == 0 or out.dtype != group.dtype or out.is_input or out.ref:
@@ -161,15 +175,15 @@ def _add_trailing_reductions(order, group_of):
 
 def _recipe(group, inputs):
     """The recipe of ``group`` and its output variables; ``inputs`` is filled with the
-    variables read from outside, in order of first use (for FusedMatMul, after the product)."""
+    variables read from outside, in order of first use (for a fused product, after it)."""
     outputs = group.external_outputs()
     uses = {}
     for op in group.ops:
         for var in op.inputs:
             uses[id(var)] = uses.get(id(var), 0) + 1
     refs, assignments = {}, []
-    if group.matmul is not None:
-        refs[id(group.matmul.outputs[0])] = recipes.Ref("%", 0)
+    if group.host is not None:
+        refs[id(group.host.outputs[0])] = recipes.Ref("%", 0)
         inputs.append(None)     # the product is %0
     temporaries = 0
 
@@ -199,12 +213,15 @@ def _recipe(group, inputs):
 def _rewrite(flow, func, group):
     inputs = []
     recipe, outputs = _recipe(group, inputs)
-    members = group.ops + ([group.matmul] if group.matmul else [])
-    if group.matmul is not None:
-        matmul = group.matmul
-        inputs = matmul.inputs[:2] + inputs[1:]
-        attrs = {k: v for k, v in matmul.attrs.items() if k in ("transpose_a", "transpose_b")}
-        op_type, base = "FusedMatMul", matmul.name
+    members = group.ops + ([group.host] if group.host else [])
+    if group.host is not None:
+        host = group.host
+        op_type, base = _FUSED_HOSTS[host.type], host.name
+        inputs = list(host.inputs[:2 if host.type == "MatMul" else 3]) + inputs[1:]
+        if host.type == "MatMul":
+            attrs = {k: v for k, v in host.attrs.items() if k in ("transpose_a", "transpose_b")}
+        else:
+            attrs = dict(host.attrs.items(), bias=len(host.inputs) == 3)
     else:
         attrs = {}
         if group.reduction_attrs is not None:
@@ -235,11 +252,11 @@ def fuse(flow, ctx):
         _add_trailing_reductions(order, group_of)
         groups = list({id(g): g for g in group_of.values()}.values())
         for group in groups:
-            if len(group.ops) + (group.matmul is not None) < 2:
+            if len(group.ops) + (group.host is not None) < 2:
                 continue
             group.ops.sort(key=order.index)
             fused = _rewrite(flow, func, group)
-            ctx.log(f"fused {len(group.ops) + (group.matmul is not None)} ops into "
+            ctx.log(f"fused {len(group.ops) + (group.host is not None)} ops into "
                     f"{fused.name}: {fused.attrs['expr']}")
             changed = True
         if changed:

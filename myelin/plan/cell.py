@@ -79,6 +79,7 @@ class Step:
     kernel: object = None
     variant: str = ""
     op: object = None   # the flow Operation it came from
+    choice: dict = dataclasses.field(default_factory=dict)  # kernel options (tuning)
 
     @property
     def noop(self):

@@ -30,6 +30,15 @@ class _Compiled:
     lock: threading.Lock
     seconds: float
 
+    def __post_init__(self):
+        # Views of the instance's inputs and outputs, made once: run() only copies.
+        data, cell = self.instance, self.cell
+        self.feeds = [(s.name, data.tensor(s.var).numpy().reshape(s.shape))
+                      for s in self.imported.inputs if 0 not in s.shape and s.var in cell]
+        self.results = [(data.tensor(s.var).numpy().reshape(s.shape) if 0 not in s.shape
+                         else np.empty(s.shape, dtypes.to_numpy(s.dtype)))
+                        for s in self.imported.outputs]
+
 
 class OnnxModel:
     """An ONNX model compiled on demand for each input signature.
@@ -69,14 +78,14 @@ class OnnxModel:
         returns a list of arrays in output order (fresh copies)."""
         feeds = self._feeds(inputs)
         compiled = self._lookup(feeds)
-        data = compiled.instance
         with compiled.lock:
-            for signature in compiled.imported.inputs:
-                value = feeds[signature.name]
-                if value.size and signature.var in compiled.cell:
-                    data[signature.var] = value
-            data.compute()
-            return [self._fetch(data, s) for s in compiled.imported.outputs]
+            for name, view in compiled.feeds:
+                try:
+                    np.copyto(view, feeds[name], casting="same_kind")
+                except TypeError as error:
+                    raise InputError(f"input {name}: {error}") from None
+            compiled.instance.compute()
+            return [view.copy() for view in compiled.results]
 
     __call__ = run
 
@@ -149,12 +158,6 @@ class OnnxModel:
         self.compiles.append((signature, reason, seconds))
         log.info("compiled %s in %.3f s (%s)", _describe(imported), seconds, reason)
         return compiled
-
-    @staticmethod
-    def _fetch(data, signature):
-        if 0 in signature.shape:
-            return np.empty(signature.shape, dtypes.to_numpy(signature.dtype))
-        return np.array(data.tensor(signature.var).numpy()).reshape(signature.shape)
 
 
 def _shape_signature(imported):

@@ -39,7 +39,8 @@ for _type in ViewKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(_VIEW)
 for _type in PoolKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(PoolKernel())
-_LIBRARY.setdefault("Conv", []).extend([ConvGemmKernel(), ConvKernel()])
+for _type in ("Conv", "FusedConv"):
+    _LIBRARY.setdefault(_type, []).extend([ConvGemmKernel(), ConvKernel()])
 _LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
 _LIBRARY.setdefault("LRN", []).append(LRNKernel())
 for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS:

@@ -14,6 +14,10 @@ from myelin.codegen.llvm import irutil, threads
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 
 
+PARALLEL_WORK = 1 << 19    # steps doing less (flops or elements visited) stay on one thread
+TASKS_PER_THREAD = 4       # tasks per thread when a step is split: evens out uneven tasks
+
+
 class Kernel:
     """Base class of kernels. Subclasses set ``name`` and implement ``emit``."""
 
@@ -37,6 +41,12 @@ class Kernel:
         """Indices of inputs whose storage output 0 may reuse when they die at this step."""
         return []
 
+    def choices(self, step, target):
+        """Options (dicts, read back from ``step.choice`` by ``emit``) among which the
+        compiler may choose by timing each on the step's shapes; the first is the default.
+        Empty when there is nothing to choose."""
+        return []
+
     def flops(self, step):
         return 0
 
@@ -56,6 +66,7 @@ class EmitContext:
         self.instance_alignment = instance_alignment
         self.threads = threads
         self.arrays = [] if arrays is None else arrays
+        self.functions = {}     # helper functions emitted once per module, by key
         self.status = 1     # what the cell function returns when the current step fails
 
     def keep(self, array):
@@ -64,19 +75,53 @@ class EmitContext:
         self.arrays.append(array)
         return self.builder.inttoptr(irutil.i64(array.ctypes.data), irutil.PTR)
 
-    def parallel(self, name, tensors, count, emit_task):
+    def function(self, key, build):
+        """The helper function ``build(module)`` made for ``key``, built on first use."""
+        if key not in self.functions:
+            self.functions[key] = build(self.builder.module)
+        return self.functions[key]
+
+    def chunks(self, units, work):
+        """(tasks, units per task) to split ``units`` independent pieces of a step doing
+        ``work`` in all: one task unless the work is large and there are threads."""
+        tasks = 1
+        if self.threads > 1 and work >= PARALLEL_WORK:
+            tasks = min(units, self.threads * TASKS_PER_THREAD)
+        size = -(-units // max(tasks, 1))
+        return -(-units // max(size, 1)), size
+
+    def parallel(self, name, tensors, count, emit_task, outline=False):
         """Run ``emit_task(ctx, index)`` for ``index`` in [0, count): inline for one task or
         one thread, else as a function ``void(ptr, i64)`` whose tasks the worker pool and
-        the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``."""
+        the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``.
+        ``outline`` puts the tasks in a function of their own even on one thread: LLVM
+        allocates the registers of a large kernel better there than inline in a long cell."""
         b = self.builder
-        if count == 1:
-            emit_task(self, irutil.i64(0))
-            return
-        if self.threads <= 1:
+        if not outline and (count == 1 or self.threads <= 1):
+            if count == 1:
+                emit_task(self, irutil.i64(0))
+                return
             with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
                 emit_task(self, index)
             return
-        module = b.module
+        function, roots = self._outline(name, tensors, emit_task)
+        # The call: a table of the tensors' addresses on the stack, then the tasks.
+        slots = irutil.stack_array(b, irutil.PTR, len(roots), 8)
+        for i, root in enumerate(roots):
+            b.store(self.pointer(root), irutil.element_ptr(b, slots, "int64", irutil.i64(i)))
+        if count == 1 or self.threads <= 1:
+            with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
+                b.call(function, [slots, index])
+            return
+        parallel_for = b.inttoptr(irutil.i64(threads.pool(self.threads).parallel_for_address),
+                                  irutil.PTR)
+        irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
+                            [function, slots, irutil.i64(count)])
+
+    def _outline(self, name, tensors, emit_task):
+        """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
+        holds the addresses of ``tensors``' roots (returned, in table order)."""
+        module = self.builder.module
         function = ir.Function(module, threads.TASK_TYPE, module.get_unique_name(name))
         function.linkage = "internal"
         function.attributes.add("nounwind")
@@ -90,14 +135,7 @@ class EmitContext:
                               alignment=self.alignment)
         emit_task(sub, index)
         inner.ret_void()
-        # The call: a table of the tensors' addresses on the stack, then the pool.
-        slots = irutil.stack_array(b, irutil.PTR, len(roots), 8)
-        for i, root in enumerate(roots):
-            b.store(self.pointer(root), irutil.element_ptr(b, slots, "int64", irutil.i64(i)))
-        parallel_for = b.inttoptr(irutil.i64(threads.pool(self.threads).parallel_for_address),
-                                  irutil.PTR)
-        irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
-                            [function, slots, irutil.i64(count)])
+        return function, roots
 
     def fail_if(self, condition):
         """Return from the cell function with the current step's status if ``condition`` (an
@@ -143,6 +181,7 @@ class ArgumentContext(EmitContext):
                          parent.arrays)
         self.pointers = pointers
         self.known_alignment = alignment
+        self.functions = parent.functions
 
     def pointer(self, tensor):
         return self.pointers[id(tensor.root())]

@@ -18,8 +18,10 @@ import math
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
+from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import ArgumentContext, Kernel
 from myelin.ops import conv as conv_ops
+from myelin.ops import fused as fused_ops
 
 ROWS = 4
 VECTORS = 3
@@ -132,12 +134,15 @@ def supported_floats(step):
 
 
 class ConvKernel(OutlinedKernel):
-    """``Conv`` with any attributes ONNX allows, float32 and float64."""
+    """``Conv`` with any attributes ONNX allows, float32 and float64, and ``FusedConv`` (its
+    epilogue applied to each vector of outputs before it is stored)."""
 
     name = "Conv"
 
     def supports(self, step, target):
-        return (step.type == "Conv" and len(step.inputs[0].shape) >= 3
+        if step.type == "FusedConv" and fused.epilogue(step) is None:
+            return False
+        return (step.type in ("Conv", "FusedConv") and len(step.inputs[0].shape) >= 3
                 and supported_floats(step))
 
     def flops(self, step):
@@ -145,9 +150,13 @@ class ConvKernel(OutlinedKernel):
         return 2 * step.outputs[0].elements * math.prod(w.shape[1:])
 
     def emit_body(self, ctx, step):
-        g = conv_ops.geometry(step)
+        conv = fused_ops.conv_part(step)
+        g = conv_ops.geometry(conv)
         x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
-        bias = step.inputs[2] if len(step.inputs) > 2 else None
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
+        extras = [(ctx.pointer(e), e.shape == y.shape)
+                  for e in step.inputs[fused_ops.first_extra(step):]] if epilogue else []
         dtype = y.dtype
         geo = dict(inp=list(g.input), out=list(g.output), kernel=list(g.kernel),
                    strides=list(g.strides), dilations=list(g.dilations),
@@ -260,6 +269,13 @@ class ConvKernel(OutlinedKernel):
                         value = b.fadd(value, term)
                     at = add(b, y_base, add(b, mul(b, channel, out_plane),
                                             add(b, column, v * width)))
+                    if epilogue is not None:
+                        # Extra inputs have the output's shape, or one element.
+                        values = [irutil.load(b, irutil.element_ptr(b, e, dtype, ival(at)),
+                                              dtype, width) if full
+                                  else irutil.splat(b, irutil.load(b, e, dtype), width)
+                                  for e, full in extras]
+                        (value,) = epilogue.evaluate(b, [value] + values)
                     irutil.store(b, value, irutil.element_ptr(b, ptrs["y"], dtype, ival(at)),
                                  dtype)
 

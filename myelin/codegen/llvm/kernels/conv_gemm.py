@@ -19,35 +19,47 @@ import math
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.conv import ival, supported_floats
-from myelin.codegen.llvm.kernels.matmul import Plan, Task
+from myelin.codegen.llvm.kernels.conv import supported_floats
+from myelin.codegen.llvm.kernels.matmul import Plan, Task, choices
 from myelin.ops import conv as conv_ops
+from myelin.ops import fused as fused_ops
 
 I32 = irutil.I32
 
 
 class ConvGemmKernel(Kernel):
-    """``Conv`` on NCHW images with one group, as a matrix product per image."""
+    """``Conv`` (and ``FusedConv``) on NCHW images with one group, as a matrix product per
+    image."""
 
     name = "ConvGemm"
 
     def supports(self, step, target):
-        if step.type != "Conv" or len(step.inputs[0].shape) != 4 or not supported_floats(step):
+        if (step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) != 4
+                or not supported_floats(step)):
             return False
-        g = conv_ops.geometry(step)
+        if step.type == "FusedConv" and fused.epilogue(step) is None:
+            return False
+        g = conv_ops.geometry(fused_ops.conv_part(step))
         return g.group == 1 and math.prod(g.input) * g.in_channels < 2 ** 31
+
+    def choices(self, step, target):
+        return choices(target, conv_ops.geometry(fused_ops.conv_part(step)).out_channels)
 
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
 
     def emit(self, ctx, step):
-        g = conv_ops.geometry(step)
+        g = conv_ops.geometry(fused_ops.conv_part(step))
         taps = g.in_channels * math.prod(g.kernel)
+        epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
         plan = Plan(ctx, g.out_channels, math.prod(g.output), taps, (g.batch,),
-                    step.outputs[0].dtype, "run", split_rows=False)
+                    step.outputs[0].dtype, "run", epilogue=epilogue, split_rows=False,
+                    choice=step.choice)
         ctx.parallel(f"Conv.{step.name}", step.inputs + step.outputs, plan.tasks,
-                     lambda sub, index: _ConvTask(sub, step, plan, g, index).emit())
+                     lambda sub, index: _ConvTask(sub, step, plan, g, index).emit(),
+                     outline=plan.large)
 
 
 class _ConvTask(Task):
@@ -67,22 +79,27 @@ class _ConvTask(Task):
         self.a = self.ctx.pointer(w)
         self.bp = irutil.element_ptr(b, self.ctx.pointer(x), dtype,
                                      b.mul(batch, irutil.i64(image)))
-        self.c = irutil.element_ptr(b, self.ctx.pointer(y), dtype,
-                                    b.mul(batch, irutil.i64(self.plan.m * self.plan.n)))
-        if len(self.step.inputs) > 2:
+        image_out = b.mul(batch, irutil.i64(self.plan.m * self.plan.n))
+        self.c = irutil.element_ptr(b, self.ctx.pointer(y), dtype, image_out)
+        if fused_ops.conv_inputs(self.step) > 2:
             self.bias = self.ctx.pointer(self.step.inputs[2])
+        # Epilogue inputs have the output's shape (row = channel, column = pixel) or one element.
+        for x in self.step.inputs[fused_ops.first_extra(self.step):]:
+            if x.shape == y.shape:
+                self.extras.append((irutil.element_ptr(b, self.ctx.pointer(x), dtype, image_out),
+                                    (self.plan.n, 1)))
+            else:
+                self.extras.append((self.ctx.pointer(x), (0, 0)))
 
-    def pack_panel(self, buffer, group, panel, columns):
+    def pack_panel(self, panels, panel, columns):
         if self.pointwise:
-            super().pack_panel(buffer, group, panel, columns)
+            super().pack_panel(panels, panel, columns)
             return
         b, plan, g = self.b, self.plan, self.g
         lanes, dtype, width = plan.lanes, plan.dtype, plan.width
         (height, in_width), (kh, kw) = g.input, g.kernel
         (sh, sw), (dh, dw), (ph, pw) = g.strides, g.dilations, g.pads_begin
         out_width = g.output[1]
-        destination = irutil.element_ptr(b, buffer, dtype, b.mul(b.sub(panel, ival(group)),
-                                                                 irutil.i64(plan.k * width)))
         vector = ir.VectorType(I32, lanes)
         first = b.trunc(b.mul(panel, irutil.i64(width)), I32)
         lines = []
@@ -113,8 +130,7 @@ class _ConvTask(Task):
                     kx32 = b.trunc(kx, I32)
                     tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky),
                                       irutil.i64(kw)), kx)
-                    target_row = irutil.element_ptr(b, destination, dtype,
-                                                    b.mul(tap, irutil.i64(width)))
+                    target_row = self.packed_row(panels, panel, tap)
                     for v, (valid, top, left, one_row, top0, left0) in enumerate(lines):
                         y_in = b.add(top0, b.mul(ky32, ir.Constant(I32, dh)))
                         x_in = b.add(left0, b.mul(kx32, ir.Constant(I32, dw)))

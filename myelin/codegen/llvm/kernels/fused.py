@@ -1,4 +1,4 @@
-"""Fused kernels: ``Calculate`` and the recipe evaluation that ``FusedMatMul`` epilogues share.
+"""Fused kernels: ``Calculate`` and the recipe evaluation that fused products' epilogues share.
 
 A :class:`TypedRecipe` is a parsed recipe with the type of every value; it emits the recipe on
 vectors (or scalars) of input values with the element-wise lowering table, so intermediates stay
@@ -19,7 +19,7 @@ from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
 from myelin.ops import recipe as recipes
 from myelin.ops import registry
-from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType
+from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType, first_extra
 from myelin.ops.reduction import reduced_axes
 
 DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
@@ -94,7 +94,7 @@ class TypedRecipe:
         return [outputs[k] for k in range(len(outputs))]
 
 
-_EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul step: TypedRecipe or None
+_EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRecipe or None
 _PLANS = weakref.WeakKeyDictionary()       # Calculate step: _Plan or None
 
 
@@ -106,7 +106,8 @@ def _once(cache, step, make):
 
 
 def epilogue(step):
-    """The typed epilogue of a ``FusedMatMul`` step, or None if it cannot be compiled.
+    """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step, or None if it cannot be
+    compiled.
 
     It needs one element-wise output of the product's type, and extra inputs of that dtype
     that broadcast to the product's shape.
@@ -116,7 +117,7 @@ def epilogue(step):
 
 def _typed_epilogue(step):
     product = step.outputs[0]
-    extras = step.inputs[2:]
+    extras = step.inputs[first_extra(step):]
     if any(x.dtype != product.dtype for x in extras):
         return None
     try:

@@ -20,12 +20,14 @@ all threads when the product is large enough (:meth:`EmitContext.parallel`).
 """
 
 import math
+from typing import NamedTuple
 
+import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
-from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import PARALLEL_WORK, TASKS_PER_THREAD, Kernel
 from myelin.codegen.llvm.kernels.conv import ival
 from myelin.flow import dtypes
 from myelin.plan.cell import CONSTANT
@@ -36,8 +38,6 @@ PANEL_GROUP_BYTES = 192 << 10  # the panels a group of tile rows reuses: about h
 PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's stack
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
-PARALLEL_FLOPS = 1 << 19      # smaller products run on the caller's thread
-TASKS_PER_THREAD = 4
 
 
 def _madd(b, x, y, acc):
@@ -54,10 +54,43 @@ def _ceil(x, y):
     return -(-x // y)
 
 
-def _tile_rows(target, m):
+def _tile_rows(target, m, vectors=VECTORS):
     """Rows of a register tile: as many as the vector registers hold besides B's vectors and
     the splatted A element."""
-    return max(1, min(m, (target.vector_registers - VECTORS - 1) // VECTORS))
+    return max(1, min(m, (target.vector_registers - vectors - 1) // vectors))
+
+
+def choices(target, m):
+    """The tilings worth timing for a product with ``m`` rows (see :class:`Plan`): the
+    default first, then tiles of other widths and heights and other panel group sizes."""
+    default = {"vectors": VECTORS, "rows": _tile_rows(target, m)}
+    options = [default]
+    for vectors in range(1, 5 if target.vector_registers >= 32 else 4):
+        option = {"vectors": vectors, "rows": _tile_rows(target, m, vectors)}
+        if option != default:
+            options.append(option)
+    if default["rows"] > 2:
+        options.append({"vectors": VECTORS, "rows": default["rows"] - 2})
+    options += [dict(default, group_bytes=PANEL_GROUP_BYTES // 2),
+                dict(default, group_bytes=PANEL_GROUP_BYTES * 2)]
+    return options
+
+
+def _rows_fold(step):
+    """True if the batch dimensions of a product can be folded into A's rows: B and every
+    epilogue input are the same for each batch entry, and A, C and every epilogue input that
+    varies by row are laid out batch entry after batch entry (one taller A and C)."""
+    a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
+    batch = c.shape[:-2]
+    if (not batch or step.attrs.get_bool("transpose_a", False) or a.shape[:-2] != batch
+            or any(d != 1 for d in b.shape[:-2])):
+        return False
+    rows = loops.contiguous_strides(c.shape)[:-1]
+    for x in step.inputs[2:]:
+        strides = loops.broadcast_strides(x.shape, c.shape)[:-1]
+        if any(strides) and strides != rows:
+            return False
+    return True
 
 
 class Plan:
@@ -65,24 +98,30 @@ class Plan:
     ``batch``. ``packing`` is "compile" (B constant, packed into panels by the kernel), "run"
     (a group of panels packed on the stack by each task) or "none" (B read in place);
     ``split_rows`` says to split tasks by rows first (else by panels, which suits a B whose
-    packing is the costly part, as in a convolution)."""
+    packing is the costly part, as in a convolution). ``choice`` may set the tile's
+    ``vectors`` and ``rows`` and the ``group_bytes`` of panels a group of tile rows passes
+    over (see :func:`choices`); the defaults fit the target's registers and caches."""
 
     def __init__(self, ctx, m, n, k, batch, dtype, packing, trans_a=False, trans_b=False,
-                 epilogue=None, split_rows=True):
+                 epilogue=None, split_rows=True, choice=None):
+        choice = choice or {}
         self.m, self.n, self.k, self.batch, self.dtype = m, n, k, tuple(batch), dtype
         self.trans_a, self.trans_b, self.epilogue = trans_a, trans_b, epilogue
         self.batches = math.prod(self.batch)
         self.itemsize = dtypes.itemsize(dtype)
         self.lanes = loops.lanes(ctx.target, dtype)
-        self.vectors = VECTORS
+        self.vectors = choice.get("vectors", VECTORS)
         self.width = self.lanes * self.vectors                      # columns per panel
-        self.rows = _tile_rows(ctx.target, m)
+        self.rows = min(m, choice.get("rows") or _tile_rows(ctx.target, m, self.vectors))
         self.panels = _ceil(n, self.width)
         self.full_panels = n // self.width
         self.packing = packing
-        self._split(ctx.threads, 2 * m * n * k * self.batches, split_rows)
+        flops = 2 * m * n * k * self.batches
+        self.large = flops >= PARALLEL_WORK     # worth a function call (and threads)
+        self._split(ctx.threads, flops, split_rows)
         panel_bytes = k * self.width * self.itemsize
         limit = PACK_BUFFER_BYTES if packing == "run" else PANEL_GROUP_BYTES
+        limit = min(limit, choice.get("group_bytes", limit))
         self.group = max(1, min(self.block_panels, limit // max(panel_bytes, 1)))
 
     @classmethod
@@ -92,8 +131,12 @@ class Plan:
         trans_b = step.attrs.get_bool("transpose_b", False)
         m, n = c.shape[-2], c.shape[-1]
         k = a.shape[-2] if trans_a else a.shape[-1]
-        rows = _tile_rows(ctx.target, m)
-        panel_bytes = k * VECTORS * loops.lanes(ctx.target, c.dtype) * c.itemsize
+        batch = c.shape[:-2]
+        if _rows_fold(step):
+            m, batch = m * math.prod(batch), ()
+        vectors = step.choice.get("vectors", VECTORS)
+        rows = step.choice.get("rows") or _tile_rows(ctx.target, m, vectors)
+        panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
         root = b.root()
         if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
             packing = "compile"
@@ -102,13 +145,15 @@ class Plan:
         else:
             packing = "none"
         epilogue = fused.epilogue(step) if step.type == "FusedMatMul" else None
-        return cls(ctx, m, n, k, c.shape[:-2], c.dtype, packing, trans_a, trans_b, epilogue)
+        # Tasks split the larger operand, so each task reads the smaller one whole.
+        return cls(ctx, m, n, k, batch, c.dtype, packing, trans_a, trans_b, epilogue,
+                   split_rows=m > n, choice=step.choice)
 
     def _split(self, threads, flops, split_rows):
         """Row blocks (multiples of ``rows``) and panel blocks per batch entry for the tasks."""
         tiles = _ceil(self.m, self.rows)
         row_blocks = panel_blocks = 1
-        if threads > 1 and flops >= PARALLEL_FLOPS:
+        if threads > 1 and self.large:
             wanted = _ceil(threads * TASKS_PER_THREAD, self.batches)   # tasks per batch entry
             if split_rows:
                 row_blocks = min(tiles, wanted)
@@ -156,6 +201,9 @@ class MatMulKernel(Kernel):
         return [i for i, t in enumerate(step.inputs) if i >= 2
                 and t.shape == c.shape and t.itemsize == c.itemsize]
 
+    def choices(self, step, target):
+        return choices(target, step.outputs[0].shape[-2])
+
     def flops(self, step):
         a, c = step.inputs[0], step.outputs[0]
         k = a.shape[-2] if step.attrs.get_bool("transpose_a", False) else a.shape[-1]
@@ -166,7 +214,8 @@ class MatMulKernel(Kernel):
         plan = Plan.for_matmul(ctx, step)
         packed = self._pack_constant(ctx, step, plan) if plan.packing == "compile" else None
         ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, plan.tasks,
-                     lambda sub, index: _MatMulTask(sub, step, plan, packed, index).emit())
+                     lambda sub, index: _MatMulTask(sub, step, plan, packed, index).emit(),
+                     outline=plan.large)
 
     @staticmethod
     def _pack_constant(ctx, step, plan):
@@ -206,11 +255,11 @@ class Task:
             block = b.urem(self.index, irutil.i64(per_batch))
         self.pointers(batch)
         # Bounds are ints where there is one block, so small products get simple loops.
-        row_start, row_end = 0, plan.m
+        rows = (0, plan.m)
         if plan.row_blocks > 1:
             row_block = b.udiv(block, irutil.i64(plan.panel_blocks))
             row_start = b.mul(row_block, irutil.i64(plan.block_rows))
-            row_end = self._min(b.add(row_start, irutil.i64(plan.block_rows)), plan.m)
+            rows = (row_start, self._min(b.add(row_start, irutil.i64(plan.block_rows)), plan.m))
         panel_start, panel_end = 0, plan.panels
         if plan.panel_blocks > 1:
             panel_start = b.mul(b.urem(block, irutil.i64(plan.panel_blocks)),
@@ -222,16 +271,16 @@ class Task:
             buffer = irutil.stack_array(b, irutil.storage_type(plan.dtype),
                                         plan.group * plan.k * plan.width)
         if plan.panel_blocks == 1 and plan.group >= plan.panels:
-            self._group(0, plan.panels, row_start, row_end, buffer)
+            self._group(Panels(0, plan.panels, buffer), rows)
             return
         with irutil.for_range(b, panel_start, panel_end, plan.group, name="pg") as group:
             group_end = self._min(b.add(group, irutil.i64(plan.group)), panel_end)
-            self._group(group, group_end, row_start, row_end, buffer)
+            self._group(Panels(group, group_end, buffer), rows)
 
-    def _group(self, group, group_end, row_start, row_end, buffer):
-        if buffer is not None:
-            self._pack_group(buffer, group, group_end)
-        self._rows(row_start, row_end, group, group_end, buffer)
+    def _group(self, panels, rows):
+        if panels.buffer is not None:
+            self._pack_group(panels)
+        self._rows(rows, panels)
 
     def _min(self, value, bound):
         if isinstance(value, int) and isinstance(bound, int):
@@ -255,28 +304,32 @@ class Task:
             emit()
 
     # Packing a group of panels of a variable B into the stack buffer.
-    def _pack_group(self, buffer, group, group_end):
+    def _pack_group(self, panels):
         b, plan = self.b, self.plan
-        full_end = self._min(group_end, plan.full_panels)
-        with irutil.for_range(b, group, full_end, name="pp") as panel:
-            self.pack_panel(buffer, group, panel, plan.width)
+        full_end = self._min(panels.end, plan.full_panels)
+        with irutil.for_range(b, panels.start, full_end, name="pp") as panel:
+            self.pack_panel(panels, panel, plan.width)
         if plan.full_panels < plan.panels:
             last = irutil.i64(plan.panels - 1)
-            self._when(self._is_last(group_end), lambda: self.pack_panel(
-                buffer, group, last, plan.n - plan.full_panels * plan.width))
+            self._when(self._is_last(panels.end), lambda: self.pack_panel(
+                panels, last, plan.n - plan.full_panels * plan.width))
 
-    def pack_panel(self, buffer, group, panel, columns):
+    def packed_row(self, panels, panel, row):
+        """A pointer to row ``row`` of ``panel`` in the buffer."""
+        b, plan = self.b, self.plan
+        index = b.add(b.mul(b.sub(panel, ival(panels.start)), irutil.i64(plan.k)), ival(row))
+        return irutil.element_ptr(b, panels.buffer, plan.dtype,
+                                  b.mul(index, irutil.i64(plan.width)))
+
+    def pack_panel(self, panels, panel, columns):
         """Copy B[:, panel columns] into the buffer (k-major), zeros past ``columns``: whole
         rows as vectors where B is row-major and the panel full, else element by element."""
         b, plan = self.b, self.plan
         dtype, lanes, width = plan.dtype, plan.lanes, plan.width
-        destination = irutil.element_ptr(b, buffer, dtype,
-                                         b.mul(b.sub(panel, ival(group)),
-                                               irutil.i64(plan.k * width)))
         first = b.mul(panel, irutil.i64(width))
         if columns == width and not plan.trans_b:
             with irutil.for_range(b, 0, plan.k, name="pk") as kk:
-                row = irutil.element_ptr(b, destination, dtype, b.mul(kk, irutil.i64(width)))
+                row = self.packed_row(panels, panel, kk)
                 source = irutil.element_ptr(b, self.bp, dtype,
                                             b.add(b.mul(kk, irutil.i64(plan.n)), first))
                 for v in range(plan.vectors):
@@ -293,8 +346,7 @@ class Task:
             column = b.add(first, j)
             inside = b.icmp_signed("<", j, irutil.i64(columns))
             with irutil.for_range(b, 0, plan.k, name="pk") as kk:
-                target = irutil.element_ptr(b, destination, dtype,
-                                            b.add(b.mul(kk, irutil.i64(width)), j))
+                target = irutil.element_ptr(b, self.packed_row(panels, panel, kk), dtype, j)
                 with b.if_else(inside) as (copy, pad):
                     with copy:
                         index = b.add(b.mul(column, irutil.i64(j_stride)),
@@ -306,9 +358,10 @@ class Task:
                         irutil.store(b, zero, target, dtype, plan.itemsize)
 
     # Tiles.
-    def _rows(self, row_start, row_end, group, group_end, buffer):
-        """Every tile row of [row_start, row_end) over the panels [group, group_end)."""
+    def _rows(self, rows, panels):
+        """Every tile row of ``rows`` (start, end) over the panels."""
         b, plan = self.b, self.plan
+        row_start, row_end = rows
         if isinstance(row_end, int):
             full_end = row_end - row_end % plan.rows
             has_remainder = full_end < row_end
@@ -318,42 +371,41 @@ class Task:
                                               irutil.i64(plan.rows)))
             has_remainder = b.icmp_signed("<", full_end, row_end)
         with irutil.for_range(b, row_start, full_end, plan.rows, name="i") as i:
-            self._panels(i, plan.rows, group, group_end, buffer)
+            self._panels(i, plan.rows, panels)
         remainder = plan.m % plan.rows
         if remainder:
             # Only the last row block has a remainder, and it is always m % rows rows.
-            self._when(has_remainder, lambda: self._panels(ival(full_end), remainder, group,
-                                                           group_end, buffer))
+            self._when(has_remainder,
+                       lambda: self._panels(ival(full_end), remainder, panels))
 
-    def _panels(self, i, rows, group, group_end, buffer):
+    def _panels(self, i, rows, panels):
         b, plan = self.b, self.plan
-        full_end = self._min(group_end, plan.full_panels)
-        with irutil.for_range(b, group, full_end, name="j") as panel:
-            self._tile(i, rows, panel, group, buffer, plan.width)
+        full_end = self._min(panels.end, plan.full_panels)
+        with irutil.for_range(b, panels.start, full_end, name="j") as panel:
+            self._tile(i, rows, panel, panels, plan.width)
         if plan.full_panels < plan.panels:
             last = irutil.i64(plan.panels - 1)
             columns = plan.n - plan.full_panels * plan.width
             if plan.packing == "none":
-                self._when(self._is_last(group_end),
+                self._when(self._is_last(panels.end),
                            lambda: self._unpacked_tail(i, rows, last, columns))
             else:
-                self._when(self._is_last(group_end),
-                           lambda: self._tile(i, rows, last, group, buffer, columns))
+                self._when(self._is_last(panels.end),
+                           lambda: self._tile(i, rows, last, panels, columns))
 
-    def _panel_source(self, panel, group, buffer):
+    def _panel_source(self, panel, panels):
         """(pointer to the panel's row 0, elements between its rows)."""
         b, plan = self.b, self.plan
+        if plan.packing == "run":
+            return self.packed_row(panels, panel, 0), plan.width
         if plan.packing == "compile":
             at = b.mul(panel, irutil.i64(plan.k * plan.width))
             return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.width
-        if plan.packing == "run":
-            at = b.mul(b.sub(panel, ival(group)), irutil.i64(plan.k * plan.width))
-            return irutil.element_ptr(b, buffer, plan.dtype, at), plan.width
         at = b.mul(panel, irutil.i64(plan.width))
         return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.n
 
-    def _tile(self, i, rows, panel, group, buffer, columns):
-        source, stride = self._panel_source(panel, group, buffer)
+    def _tile(self, i, rows, panel, panels, columns):
+        source, stride = self._panel_source(panel, panels)
         column = self.b.mul(panel, irutil.i64(self.plan.width))
         self._product(i, rows, column, source, stride, self.plan.vectors, self.plan.lanes,
                       columns)
@@ -379,52 +431,22 @@ class Task:
         vectors of ``lanes`` per row, ``stride`` elements apart), through the epilogue."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
-        acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
-        zero = irutil.const(acc_type, 0)
-        tile = rows * vectors
-        split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
-        row_stride, k_stride = plan.a_strides()
-        a_rows = [irutil.element_ptr(b, self.a, dtype,
-                                     b.mul(b.add(i, irutil.i64(r)), irutil.i64(row_stride)))
-                  for r in range(rows)]
-
-        def step(kk, accumulators):
-            b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(stride)))
-            loaded = [irutil.load(b, irutil.element_ptr(b, b_row, dtype, irutil.i64(v * lanes)),
-                                  dtype, lanes, plan.itemsize) for v in range(vectors)]
-            out = []
-            for r in range(rows):
-                at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(k_stride)))
-                scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize), lanes)
-                out += [_madd(b, scalar, loaded[v], accumulators[r * vectors + v])
-                        for v in range(vectors)]
-            return out
-
-        main = plan.k - plan.k % split
-        with irutil.accumulating_loop(b, 0, main, [zero] * (tile * split), split,
-                                      name="k") as loop:
-            values = list(loop.values)
-            for s in range(split):
-                kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
-                values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
-            loop.set_next(values)
-        results = loop.results
-        sums = results[:tile]
-        for s in range(1, split):
-            sums = [_add(b, x, y) for x, y in zip(sums, results[s * tile:(s + 1) * tile])]
-        if main < plan.k:
-            with irutil.accumulating_loop(b, main, plan.k, sums, name="kr") as loop:
-                loop.set_next(step(loop.index, loop.values))
-            sums = loop.results
+        a = irutil.element_ptr(b, self.a, dtype, b.mul(ival(i), irutil.i64(plan.a_strides()[0])))
+        vector = irutil.vector_of(irutil.compute_type(dtype), lanes)
+        tile = irutil.stack_array(b, vector, rows * vectors)
+        kernel = self.ctx.function(
+            ("matmul tile", plan.dtype, plan.k, plan.a_strides(), rows, vectors, lanes, stride),
+            lambda module: _tile_function(module, plan, rows, vectors, lanes, stride))
+        b.call(kernel, [a, source, tile])
         for r in range(rows):
-            row = b.add(i, irutil.i64(r))
+            row = b.add(ival(i), irutil.i64(r))
             for v in range(vectors):
-                first = v * lanes
-                valid = min(lanes, columns - first)
+                valid = min(lanes, columns - v * lanes)
                 if valid <= 0:
                     break
-                at = b.add(column, irutil.i64(first))
-                value = sums[r * vectors + v]
+                at = b.add(column, irutil.i64(v * lanes))
+                value = b.load(b.gep(tile, [irutil.i64(r * vectors + v)], source_etype=vector),
+                               typ=vector)
                 if valid == lanes:
                     self._store(value, row, at)
                 else:
@@ -458,6 +480,70 @@ class Task:
         irutil.store(b, value, irutil.element_ptr(b, self.c, dtype, index), dtype,
                      plan.itemsize)
 
+
+class Panels(NamedTuple):
+    """A group of panels [start, end) of a task, and the buffer they are packed into (None
+    when B is packed at compile time or read in place)."""
+
+    start: object
+    end: object
+    buffer: object
+
+
+def _tile_function(module, plan, rows, vectors, lanes, stride):
+    """A function ``void(ptr a, ptr panel, ptr out)`` storing in ``out`` the ``rows x vectors``
+    sums of A's rows from ``a`` times the panel (rows ``stride`` elements apart) over k.
+
+    The k loop is a function of its own so that LLVM allocates its registers alone: inline in
+    a large task, it may spill accumulators inside the loop."""
+    dtype = plan.dtype
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * 3),
+                           module.get_unique_name("matmul.tile"))
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    for arg in function.args:
+        arg.add_attribute("noalias")
+    a, source, out = function.args
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
+    tile = rows * vectors
+    split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
+    row_stride, k_stride = plan.a_strides()
+    a_rows = [irutil.element_ptr(b, a, dtype, r * row_stride) for r in range(rows)]
+
+    def step(kk, accumulators):
+        b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(stride)))
+        loaded = [irutil.load(b, irutil.element_ptr(b, b_row, dtype, v * lanes), dtype, lanes,
+                              plan.itemsize) for v in range(vectors)]
+        out = []
+        for r in range(rows):
+            at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(k_stride)))
+            scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize), lanes)
+            out += [_madd(b, scalar, loaded[v], accumulators[r * vectors + v])
+                    for v in range(vectors)]
+        return out
+
+    main = plan.k - plan.k % split
+    with irutil.accumulating_loop(b, 0, main, [irutil.const(acc_type, 0)] * (tile * split),
+                                  split, name="k") as loop:
+        values = list(loop.values)
+        for s in range(split):
+            kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
+            values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
+        loop.set_next(values)
+    results = loop.results
+    sums = results[:tile]
+    for s in range(1, split):
+        sums = [_add(b, x, y) for x, y in zip(sums, results[s * tile:(s + 1) * tile])]
+    if main < plan.k:
+        with irutil.accumulating_loop(b, main, plan.k, sums, name="kr") as loop:
+            loop.set_next(step(loop.index, loop.values))
+        sums = loop.results
+    for position, value in enumerate(sums):
+        b.store(value, b.gep(out, [irutil.i64(position)], source_etype=acc_type))
+    b.ret_void()
+    return function
 
 
 class _MatMulTask(Task):

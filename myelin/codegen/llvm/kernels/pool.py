@@ -42,6 +42,13 @@ class PoolKernel(OutlinedKernel):
 
     def emit_body(self, ctx, step):
         g = conv_ops.geometry(step)
+        planes = g.batch * g.in_channels
+        tasks, size = ctx.chunks(planes, self.flops(step))
+        ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, tasks,
+                     lambda sub, index: self._planes(sub, step, g, index, size))
+
+    def _planes(self, ctx, step, g, index, size):
+        """The pooled planes (image x channel) [index * size, (index + 1) * size)."""
         kind = step.type.replace("Global", "")
         x, y = step.inputs[0], step.outputs[0]
         indices = step.outputs[1] if len(step.outputs) == 2 else None
@@ -132,7 +139,11 @@ class PoolKernel(OutlinedKernel):
                 irutil.store(b, results[1], irutil.element_ptr(b, ip, "int64", ival(y_at)),
                              "int64")
 
-        with irutil.for_range(b, 0, g.batch * g.in_channels, name="nc") as nc:
+        start = b.mul(index, irutil.i64(size))
+        end = b.add(start, irutil.i64(size))
+        planes = irutil.i64(g.batch * g.in_channels)
+        end = b.select(b.icmp_signed("<", end, planes), end, planes)
+        with irutil.for_range(b, start, end, name="nc") as nc:
             nested_loops(b, list(g.output), lambda outs: element(nc, outs), name="o")
 
 
