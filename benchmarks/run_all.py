@@ -8,6 +8,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import fusion  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
+import tuning  # noqa: E402
 import workloads  # noqa: E402
 
 
@@ -16,6 +17,7 @@ def main():
     threads.main()
     fusion.main()
     workloads.main()
+    tuning.main()
 
 
 if __name__ == "__main__":

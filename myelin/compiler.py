@@ -12,10 +12,10 @@ import time
 import llvmlite.ir as ir
 
 from myelin import optimize
-from myelin.codegen.llvm import elementwise, engine, kernels
+from myelin.codegen.llvm import elementwise, engine, kernels, tuning
 from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
-from myelin.codegen.llvm.cell import emit_cell
+from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
 from myelin.flow import dtypes
 from myelin.ops import registry
@@ -39,11 +39,19 @@ class Compiler:
     ``dump`` keeps the optimized LLVM IR and assembly (``net.dumps``).
     ``threads`` is how many threads a large kernel may split its work over (default: the
     cores this process may use, or $MYELIN_THREADS); 1 keeps every cell on its caller's thread.
+    ``profile`` compiles a profiler into every cell: cycle counts per step, summed over all
+    calls of all instances, read with ``cell.profile()`` (see :mod:`myelin.runtime.profile`);
+    off by default, when the cells have no profiling code at all.
+    ``tune`` chooses kernel options (tile sizes) by timing them on each large step's shapes
+    at compile time (see :mod:`myelin.codegen.llvm.tuning`); off by default, when every step
+    uses its kernel's default. ``tuning_cache`` is the directory where the choices are kept
+    for later compiles (default: $MYELIN_CACHE_DIR/tuning, else $XDG_CACHE_HOME/myelin/tuning,
+    else ~/.cache/myelin/tuning); False keeps none and measures every time.
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
-                 threads=None):
+                 threads=None, profile=False, tune=False, tuning_cache=None):
         self.target = targets.host(features)
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
@@ -55,6 +63,9 @@ class Compiler:
         self.disable_passes = tuple(disable_passes)
         self.dump_flow = dump_flow
         self.debug = debug
+        self.profile = bool(profile)
+        self.tune = bool(tune)
+        self.tuning_cache = tuning_cache
         self.timings = {}
         self.report = None
 
@@ -80,16 +91,25 @@ class Compiler:
         self._check_supported(planned)
         self.timings["plan"] = time.perf_counter() - start
 
+        if self.tune:
+            start = time.perf_counter()
+            tuner = tuning.Tuner(self.target, self.threads, self.alignment, self.tuning_cache)
+            for _, steps, _, _ in planned:
+                tuner.tune(steps)
+            self.timings["tune"] = time.perf_counter() - start
+
         start = time.perf_counter()
         arrays = self._place_globals(globals_)
         module = ir.Module(name=f"myelin{next(_module_ids)}")
         packed = []       # arrays kernels make at compile time (packed weights)
-        symbols = {}
+        symbols, counters = {}, {}
         for name, steps, tensors, _ in planned:
             symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in name)
             symbol = f"{symbol}_{len(symbols)}"
             symbols[name] = symbol
-            emit_cell(module, symbol, steps, self.target, self.alignment, self.threads, packed)
+            counters[name] = profile_counters(steps) if self.profile else None
+            emit_cell(module, symbol, steps, self.target, self.alignment, self.threads, packed,
+                      counters[name])
         self.timings["emit"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -99,7 +119,7 @@ class Compiler:
         cells = []
         for name, steps, tensors, (size, unshared) in planned:
             cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
-                              self.alignment))
+                              self.alignment, counters[name]))
         network = Network(cells, arrays, code, self.target, flow, packed)
         network.dumps = code.dumps
         return network

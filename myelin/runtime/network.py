@@ -14,6 +14,7 @@ import numpy as np
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.runtime.memory import aligned_zeros
+from myelin.runtime.profile import Profile
 
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
@@ -139,10 +140,11 @@ class Network:
 
 
 class Cell:
-    """A compiled function: native code plus the layout of its instance memory."""
+    """A compiled function: native code plus the layout of its instance memory, and, when
+    compiled with ``Compiler(profile=True)``, the profile counters its code adds to."""
 
     def __init__(self, name, tensors, steps, address, instance_size, unshared_size,
-                 alignment=64):
+                 alignment=64, counters=None):
         self.name = name
         self.network = None
         self.steps = steps
@@ -151,6 +153,7 @@ class Cell:
         self.instance_alignment = alignment
         self.address = address
         self._function = _CELL_FUNCTION(address)
+        self._counters = counters  # int64 [1 + steps, 2] the code adds to, or None
         self._tensors = [t for t in tensors if not t.is_global]
         self._index = {}
         for i, tensor in enumerate(self._tensors):
@@ -188,6 +191,26 @@ class Cell:
     def instance(self):
         """A new instance: a zeroed block of memory for this cell's tensors."""
         return Instance(self)
+
+    @property
+    def profiling(self):
+        """True if the cell was compiled with a profiler (``Compiler(profile=True)``)."""
+        return self._counters is not None
+
+    def _profile_counters(self):
+        if self._counters is None:
+            raise InputError(f"cell {self.name} was compiled without profiling; compile it "
+                             f"with Compiler(profile=True) to profile it")
+        return self._counters
+
+    def profile(self):
+        """The :class:`~myelin.runtime.profile.Profile` of this cell: time per step, summed
+        over every call of every instance since compiling or :meth:`reset_profile`."""
+        return Profile(self, self._profile_counters().copy())
+
+    def reset_profile(self):
+        """Set the profile counters to zero (calls running meanwhile may count in part)."""
+        self._profile_counters().fill(0)
 
     def layout(self):
         """The instance layout and steps, in the format of the Myelin guide."""

@@ -4,18 +4,58 @@ The function is ``i32 <symbol>(ptr instance)``; tensors in the instance are addr
 constant offsets from ``instance``, globals at their absolute addresses. It returns 0, or
 1 + the position of the step that found bad input at run time (an index out of range, see
 :meth:`EmitContext.fail_if`); the runtime turns that into an InputError naming the step.
+
+With profile counters (``Compiler(profile=True)``), the function reads the CPU's cycle
+counter on entry, around every step that has code, and before every return, and atomically
+adds the elapsed cycles and one call to an int64 array of ``[1 + steps, 2]`` counters (see
+:func:`profile_counters`); :mod:`myelin.runtime.profile` turns them into a report. Without
+counters no such code is emitted.
 """
 
 import llvmlite.ir as ir
+import numpy as np
 
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels import EmitContext
 from myelin.errors import CompileError, MyelinError
 
+# Profile counters: row 0 is the whole function, row 1 + i is step i; columns below.
+CYCLES = 0
+CALLS = 1
 
-def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arrays=None):
+
+def profile_counters(steps):
+    """A zeroed int64 array of profile counters for a cell of ``steps``: one row for the whole
+    function then one per step (steps without code keep zeros), columns CYCLES and CALLS."""
+    return np.zeros((1 + len(steps), 2), np.int64)
+
+
+def counter_intrinsic(target):
+    """The LLVM intrinsic that reads a cycle or time-stamp counter cheaply on ``target``.
+
+    ``llvm.readcyclecounter`` is ``rdtsc`` on x86-64; on AArch64 it reads a PMU register that
+    Linux does not let user code read, so there the generic timer (``llvm.readsteadycounter``,
+    ``cntvct_el0``) is used instead."""
+    if target.triple.startswith(("aarch64", "arm64")):
+        return "llvm.readsteadycounter"
+    return "llvm.readcyclecounter"
+
+
+def read_counter(builder, target):
+    """Emit a read of the cycle counter (an i64 value)."""
+    module = builder.module
+    name = counter_intrinsic(target)
+    function = module.globals.get(name)
+    if function is None:
+        function = ir.Function(module, ir.FunctionType(irutil.I64, []), name)
+    return builder.call(function, [])
+
+
+def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arrays=None,
+              counters=None):
     """Add the function ``symbol`` computing ``steps`` to ``module``; kernels may split work
-    over ``threads`` and add compile-time arrays (packed weights) to ``arrays``."""
+    over ``threads`` and add compile-time arrays (packed weights) to ``arrays``. ``counters``
+    (from :func:`profile_counters`) compiles the profiler in."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -24,6 +64,10 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
     function.attributes.add("nounwind")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     ctx = EmitContext(builder, target, instance, instance_alignment, threads, arrays)
+    profiler = None
+    if counters is not None:
+        profiler = _Profiler(builder, target, counters, len(steps))
+        ctx.arrays.append(counters)
     for position, step in enumerate(steps):
         ctx.status = position + 1
         if step.noop:
@@ -32,6 +76,7 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
         block = function.append_basic_block(_block_name(step.name))
         builder.branch(block)
         builder.position_at_end(block)
+        start = profiler.read() if profiler else None
         try:
             step.kernel.emit(ctx, step)
         except MyelinError:
@@ -39,8 +84,46 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
         except Exception as error:
             raise CompileError(f"kernel {step.kernel.kernel_name(step)} failed on step "
                                f"{step.name} ({step.type}): {error}") from error
+        if profiler:
+            profiler.count(1 + position, start)
     builder.ret(ir.Constant(irutil.I32, 0))
+    if profiler:
+        profiler.count_returns(function)
     return function
+
+
+class _Profiler:
+    """Emits the cycle counting of a profiled cell function into ``builder``."""
+
+    def __init__(self, builder, target, counters, steps):
+        if counters.dtype != np.int64 or counters.shape != (1 + steps, 2):
+            raise CompileError(f"profile counters must be int64[{1 + steps}x2], not "
+                               f"{counters.dtype}{list(counters.shape)}")
+        self.builder = builder
+        self.target = target
+        self.address = counters.ctypes.data
+        self.row_bytes = counters.strides[0]
+        self.entry = self.read()
+
+    def read(self):
+        return read_counter(self.builder, self.target)
+
+    def count(self, row, start):
+        """Add the cycles since ``start`` and one call to counter ``row``."""
+        b = self.builder
+        elapsed = b.sub(self.read(), start, name="cycles")
+        for column, value in ((CYCLES, elapsed), (CALLS, irutil.i64(1))):
+            address = self.address + row * self.row_bytes + column * 8
+            pointer = b.inttoptr(irutil.i64(address), irutil.PTR)
+            b.atomic_rmw("add", pointer, value, "monotonic")
+
+    def count_returns(self, function):
+        """Count the whole call before every return of ``function``: the normal one and
+        those of steps that found bad input (:meth:`EmitContext.fail_if`)."""
+        for block in function.blocks:
+            if isinstance(block.terminator, ir.Ret):
+                self.builder.position_before(block.terminator)
+                self.count(0, self.entry)
 
 
 def _block_name(name):

@@ -1,0 +1,191 @@
+"""Kernel choice by measurement (``Compiler(tune=True)``): results, choices and the disk cache."""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import myelin
+from jitcheck import random_array, relative_error
+from myelin import reference
+from myelin.codegen.llvm import target as targets
+from myelin.codegen.llvm import tuning
+
+TOLERANCE = 3e-5
+TUNED = ["const/MatMul", "var/MatMul", "conv/Conv"]
+
+
+def _flow():
+    """A MatMul by a constant weight, a MatMul of two variables and a Conv, each above the
+    tuning threshold, and a MatMul below it."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "const")
+    f.matmul(f.var("x", "float32", [40, 256]), f.array("w", random_array(rng, "float32",
+                                                                         (256, 200))))
+    f = myelin.Builder(flow, "var")
+    f.matmul(f.var("a", "float32", [100, 96]), f.var("b", "float32", [96, 130]))
+    f = myelin.Builder(flow, "conv")
+    f.op("Conv", [f.var("x", "float32", [1, 16, 17, 17]),
+                  f.array("w", random_array(rng, "float32", (24, 16, 3, 3)))],
+         name="y", attrs=dict(strides=[1, 1], pads=[1, 1, 1, 1]))
+    f = myelin.Builder(flow, "small")
+    f.matmul(f.var("a", "float32", [4, 8]), f.var("b", "float32", [8, 8]))
+    return flow
+
+
+def _compile_and_check(flow, **options):
+    """Compile ``flow`` with ``options``, check every function against the float64
+    reference, and return the network's steps by name."""
+    net = myelin.Compiler(tune=True, **options).compile(flow)
+    rng = np.random.default_rng()
+    for func in flow.funcs.values():
+        data = net.cell(func.name).instance()
+        inputs = {var: random_array(rng, var.dtype, var.shape) for var in func.ops[0].inputs
+                  if not var.constant}
+        for var, value in inputs.items():
+            data[var] = value
+        data.compute()
+        for name, want in reference.run(flow, func.name, inputs).items():
+            error = relative_error(np.asarray(data[name]), want)
+            assert error <= TOLERANCE, f"{func.name}: {name} relative error {error:.3g}"
+    return {step.name: step for cell in net.cells for step in cell.steps}, net
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """The names of the steps measured; measuring says the last option is the fastest."""
+    names = []
+
+    def fake(step, options, *args):
+        names.append(step.name)
+        return [1.0] * (len(options) - 1) + [0.5]
+
+    monkeypatch.setattr(tuning, "measure", fake)
+    return names
+
+
+def _entries(directory):
+    return {name: json.loads((directory / name).read_text()) for name in os.listdir(directory)}
+
+
+def test_tuned_results_match_reference(tmp_path, caplog):
+    flow = _flow()
+    with caplog.at_level(logging.INFO, logger="myelin.tuning"):
+        steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
+    logged = [r.getMessage() for r in caplog.records if r.name == "myelin.tuning"]
+    assert sorted(m.split()[1] for m in logged) == sorted(TUNED)
+    assert all(m.count(" ms") >= 2 for m in logged)   # every option's time is shown
+    assert steps["small/MatMul"].choice == {}
+    entries = _entries(tmp_path)
+    assert len(entries) == 3
+    assert all(name.endswith(".json") for name in entries)
+    for name in TUNED:
+        step = steps[name]
+        options = step.kernel.choices(step, net.target)
+        assert step.choice in options
+        entry = [e for e in entries.values() if e["key"]["op"] == step.type
+                 and e["key"]["inputs"][1][1] == list(step.inputs[1].shape)]
+        assert [e["choice"] for e in entry] == [step.choice]
+        seconds = [s for _, s in entry[0]["seconds"]]
+        assert seconds[0] > 0 and len(seconds) == len(options)
+
+
+def test_the_fastest_option_is_chosen_and_cached(tmp_path, measured):
+    flow = _flow()
+    steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
+    assert sorted(measured) == sorted(TUNED)
+    for name in TUNED:     # the last option, not the default, passes the reference check
+        assert steps[name].choice == steps[name].kernel.choices(steps[name], net.target)[-1]
+    measured.clear()
+    again, _ = _compile_and_check(flow, tuning_cache=tmp_path)
+    assert measured == []
+    assert {name: again[name].choice for name in TUNED} == {
+        name: steps[name].choice for name in TUNED}
+
+
+def _text(option):
+    return json.dumps(option, sort_keys=True)
+
+
+def _corrupt(entry):
+    return "{not json"
+
+
+def _foreign(entry):
+    entry["key"]["features"] = "+sse2"
+    return json.dumps(entry)
+
+
+def _withdrawn(entry):
+    entry["choice"] = {"vectors": 99, "rows": 1}
+    return json.dumps(entry)
+
+
+@pytest.mark.parametrize("spoil", [_corrupt, _foreign, _withdrawn])
+def test_unsound_cache_entries_are_measured_again(tmp_path, measured, spoil):
+    flow = _flow()
+    _compile_and_check(flow, tuning_cache=tmp_path)
+    for name, entry in _entries(tmp_path).items():
+        (tmp_path / name).write_text(spoil(entry))
+    measured.clear()
+    steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
+    assert sorted(measured) == sorted(TUNED)
+    rewritten = _entries(tmp_path)
+    assert len(rewritten) == 3
+    assert sorted(map(_text, (e["choice"] for e in rewritten.values()))) == sorted(
+        _text(steps[name].choice) for name in TUNED)
+    assert not any(e["key"]["features"] == "+sse2" for e in rewritten.values())
+
+
+@pytest.mark.parametrize("option,first,second", [("features", "sse", "host"),
+                                                 ("threads", 1, 2)])
+def test_other_targets_do_not_share_entries(tmp_path, measured, option, first, second):
+    if option == "features" and targets.host(first).features == targets.host(second).features:
+        pytest.skip("the presets give the same features on this CPU")
+    flow = _flow()
+    _compile_and_check(flow, tuning_cache=tmp_path, **{option: first})
+    _compile_and_check(flow, tuning_cache=tmp_path, **{option: second})
+    assert sorted(measured) == sorted(TUNED * 2)
+    assert len(os.listdir(tmp_path)) == 6
+
+
+def test_no_cache_writes_nothing(tmp_path, monkeypatch, measured):
+    monkeypatch.setenv("MYELIN_CACHE_DIR", str(tmp_path))
+    flow = _flow()
+    _compile_and_check(flow, tuning_cache=False)
+    _compile_and_check(flow, tuning_cache=False)
+    assert sorted(measured) == sorted(TUNED * 2)
+    assert os.listdir(tmp_path) == []
+    _compile_and_check(flow)       # the default cache: $MYELIN_CACHE_DIR/tuning
+    assert os.listdir(tmp_path) == ["tuning"]
+    assert len(os.listdir(tmp_path / "tuning")) == 3
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("MYELIN_CACHE_DIR", str(tmp_path / "m"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert tuning.default_cache_dir() == str(tmp_path / "m" / "tuning")
+    monkeypatch.delenv("MYELIN_CACHE_DIR")
+    assert tuning.default_cache_dir() == str(tmp_path / "x" / "myelin" / "tuning")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    assert tuning.default_cache_dir() == str(tmp_path / "h" / ".cache" / "myelin" / "tuning")
+
+
+def test_fastest_keeps_the_default_unless_clearly_beaten():
+    options = [{"rows": 6}, {"rows": 4}, {"rows": 2}]
+    assert tuning.fastest(options, [1.0, 0.99, None]) == options[0]
+    assert tuning.fastest(options, [1.0, 0.9, 0.8]) == options[2]
+    assert tuning.fastest(options, [1.0, None, 0.5]) == options[2]
+
+
+def test_measure_stops_compiling_at_the_budget():
+    flow = _flow()
+    net = myelin.Compiler().compile(flow)
+    (step,) = net.cell("var").steps
+    options = step.kernel.choices(step, net.target)
+    seconds = tuning.measure(step, options, net.target, budget=0)
+    assert seconds[0] > 0 and seconds[1:] == [None] * (len(options) - 1)
