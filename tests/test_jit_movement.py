@@ -26,7 +26,10 @@ def _inputs(flow, rng):
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
 def test_transpose(dtype, features):
     flow, count = myelin.Flow(), 0
-    for shape in [(3, 5), (1, 33), (17, 16), (2, 3, 4), (5, 1, 7), (2, 3, 4, 5)]:
+    # (17, 16), (3, 37, 29), (2, 3, 20, 9): the last two axes swap in register blocks with
+    # leftover rows and columns.
+    for shape in [(3, 5), (1, 33), (17, 16), (2, 3, 4), (5, 1, 7), (2, 3, 4, 5), (3, 37, 29),
+                  (2, 3, 20, 9)]:
         for perm in itertools.permutations(range(len(shape))):
             f = myelin.Builder(flow, f"f{count}")
             count += 1
@@ -139,3 +142,23 @@ def test_assign_to_learnable_parameter():
     data.compute()
     data.compute()
     np.testing.assert_array_equal(np.asarray(net[w]), 2 * values)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_large_element_wise_loops_split_over_threads(threads, opt_level):
+    """Transposes, element-wise ops (with broadcasting) and fused Calculate loops large enough
+    to be split into tasks along their first axis, with an uneven last task; a flat loop is
+    split into whole vectors."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [131, 5, 67])
+    y = f.var("y", "float32", [5, 131, 67])
+    bias = f.var("b", "float32", [67])
+    flat = f.var("v", "float32", [100003])
+    moved = f.op("Transpose", [x], "t", dict(perm=[1, 0, 2]))
+    f.tanh(f.add(f.mul(moved, y), bias), name="z")
+    f.op("Exp", [flat], name="e")
+    inputs = {"f": {var: random_array(rng, "float32", var.shape) for var in (x, y, bias, flat)}}
+    run_and_compare(flow, inputs, 1e-6, threads=threads, opt_level=opt_level)

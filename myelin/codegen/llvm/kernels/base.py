@@ -10,12 +10,13 @@ import math
 
 import llvmlite.ir as ir
 
-from myelin.codegen.llvm import irutil, threads
+from myelin.codegen.llvm import irutil, loops, threads
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 
 
 PARALLEL_WORK = 1 << 19    # steps doing less (flops or elements visited) stay on one thread
 TASKS_PER_THREAD = 4       # tasks per thread when a step is split: evens out uneven tasks
+ELEMENT_WORK = 8           # work counted per element of an element-wise loop (memory-bound)
 
 
 class Kernel:
@@ -168,6 +169,49 @@ class EmitContext:
         if strides is None:
             strides = contiguous_strides(tensor.shape)
         return Operand(self.pointer(tensor), tensor.dtype, tuple(strides), self.alignment(tensor))
+
+
+def elementwise(ctx, name, tensors, shape, operands, body, flops=0):
+    """:func:`loops.elementwise` over ``shape``, split over threads along its first (collapsed)
+    axis when the loop is large. ``operands(ctx)`` makes the (inputs, outputs) operands in a
+    context (a task's, where the tensors' addresses are arguments); ``flops`` is the work per
+    element besides moving it."""
+    inputs, outputs = operands(ctx)
+    whole = tuple(shape)
+    shape, strides = loops.collapse(whole, [op.strides for op in inputs + outputs])
+    tasks, size = ctx.chunks(shape[0] if shape else 1,
+                             math.prod(whole) * (ELEMENT_WORK + flops))
+    if tasks == 1:
+        loops.elementwise(ctx.builder, ctx.target, whole, inputs, outputs, body)
+        return
+    if len(shape) == 1:       # whole vectors per task, so each starts aligned
+        size = -(-size // 16) * 16
+        tasks = -(-shape[0] // size)
+    last = shape[0] - (tasks - 1) * size
+
+    def task(sub, index):
+        b = sub.builder
+        start = b.mul(index, irutil.i64(size))
+        parts = []
+        for op, own in zip(sum(operands(sub), []), strides):
+            offset = b.mul(start, irutil.i64(own[0]))
+            align = math.gcd(op.align, size * own[0] * op.itemsize) if own[0] else op.align
+            parts.append(Operand(irutil.element_ptr(b, op.ptr, op.dtype, offset), op.dtype,
+                                 own, align))
+        ins, outs = parts[:len(inputs)], parts[len(inputs):]
+
+        def run(rows):
+            loops.elementwise(b, sub.target, (rows,) + shape[1:], ins, outs, body)
+        if last == size:
+            run(size)
+            return
+        with b.if_else(b.icmp_unsigned("<", index, irutil.i64(tasks - 1))) as (whole, rest):
+            with whole:
+                run(size)
+            with rest:
+                run(last)
+
+    ctx.parallel(name, tensors, tasks, task)
 
 
 class ArgumentContext(EmitContext):

@@ -2,6 +2,7 @@
 
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
 
 
 class ElementwiseKernel(Kernel):
@@ -31,10 +32,14 @@ class ElementwiseKernel(Kernel):
 
     def emit(self, ctx, step):
         out = step.outputs[0]
-        inputs = [ctx.operand(t, loops.broadcast_strides(t.shape, out.shape)) for t in step.inputs]
         in_dtypes = [t.dtype for t in step.inputs]
+
+        def operands(sub):
+            return ([sub.operand(t, loops.broadcast_strides(t.shape, out.shape))
+                     for t in step.inputs], [sub.operand(out)])
 
         def body(builder, values, lanes):
             return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
 
-        loops.elementwise(ctx.builder, ctx.target, out.shape, inputs, [ctx.operand(out)], body)
+        split_elementwise(ctx, f"{step.type}.{step.name}", step.inputs + step.outputs, out.shape,
+                          operands, body, flops=1)

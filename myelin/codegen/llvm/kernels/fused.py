@@ -14,6 +14,7 @@ import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
 from myelin.codegen.llvm.kernels.reduction import combiner, horizontal, identity
 from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
@@ -220,14 +221,18 @@ class CalculateKernel(Kernel):
 
     def emit(self, ctx, step):
         plan = self.plan(step)
-        inputs = [ctx.operand(t, loops.broadcast_strides(t.shape, plan.domain))
-                  for t in step.inputs]
-        outputs = [ctx.operand(t, strides) for t, strides in zip(step.outputs, plan.strides)]
+
+        def operands(sub):
+            return ([sub.operand(t, loops.broadcast_strides(t.shape, plan.domain))
+                     for t in step.inputs],
+                    [sub.operand(t, strides) for t, strides in zip(step.outputs, plan.strides)])
         if plan.reductions:
-            self._emit_rows(ctx, plan, inputs, outputs)
+            self._emit_rows(ctx, plan, *operands(ctx))
         else:
-            loops.elementwise(ctx.builder, ctx.target, plan.domain, inputs, outputs,
-                              lambda b, values, lanes: plan.typed.evaluate(b, values))
+            split_elementwise(ctx, f"Calculate.{step.name}", step.inputs + step.outputs,
+                              plan.domain, operands,
+                              lambda b, values, lanes: plan.typed.evaluate(b, values),
+                              flops=len(plan.typed.parts))
 
     @staticmethod
     def _emit_rows(ctx, plan, inputs, outputs):

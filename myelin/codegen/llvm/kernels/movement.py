@@ -1,10 +1,12 @@
 """Kernels that move data without arithmetic: views, copies, transpose, concat, split, slice,
 gather, arg-reductions, shape queries and assignment."""
 
+import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
 
 
 def copy(ctx, shape, source, target):
@@ -50,7 +52,9 @@ class ViewKernel(Kernel):
 
 
 class TransposeKernel(Kernel):
-    """``Transpose`` by attribute ``perm`` (default: reversed axes) as a strided copy."""
+    """``Transpose`` by attribute ``perm`` (default: reversed axes) as a strided copy; where
+    the last two axes (after merging) swap, in square blocks of one vector per row,
+    transposed in registers, so loads and stores are whole vectors."""
 
     name = "Transpose"
 
@@ -66,7 +70,74 @@ class TransposeKernel(Kernel):
         perm = step.attrs.get_ints("perm") if "perm" in step.attrs else list(range(rank))[::-1]
         own = loops.contiguous_strides(source.shape)
         strides = tuple(own[p % rank] for p in perm)
-        copy(ctx, out.shape, ctx.operand(source, strides), ctx.operand(out))
+        shape, (reads, _) = loops.collapse(tuple(out.shape),
+                                           [strides, loops.contiguous_strides(out.shape)])
+        lanes = loops.lanes(ctx.target, out.dtype)
+        if (len(shape) >= 2 and reads[-2] == 1 and reads[-1] != 1 and lanes >= 4
+                and min(shape[-2:]) >= lanes and out.dtype == source.dtype):
+            _blocked_transpose(ctx, source, out, shape, reads, lanes)
+            return
+        split_elementwise(ctx, f"Transpose.{step.name}", [source, out], out.shape,
+                          lambda sub: ([sub.operand(source, strides)], [sub.operand(out)]),
+                          lambda builder, values, lanes: values)
+
+
+def _transpose_registers(b, rows):
+    """The transpose of a square block held as ``rows`` (vectors of len(rows) lanes): at each
+    level d (half the block, then a quarter, ...), vectors p and p + d swap their off-diagonal
+    halves of d lanes."""
+    size = len(rows)
+    d = size // 2
+    while d:
+        swapped = list(rows)
+        for p in range(size):
+            if p & d:
+                continue
+            low = [size + lane - d if lane & d else lane for lane in range(size)]
+            high = [size + lane if lane & d else lane + d for lane in range(size)]
+            mask = ir.VectorType(irutil.I32, size)
+            swapped[p] = b.shuffle_vector(rows[p], rows[p + d], ir.Constant(mask, low))
+            swapped[p + d] = b.shuffle_vector(rows[p], rows[p + d], ir.Constant(mask, high))
+        rows = swapped
+        d //= 2
+    return rows
+
+
+def _blocked_transpose(ctx, source, out, shape, reads, lanes):
+    """out[..., i, j] = source at i + j * reads[-1] (+ the outer axes' strides), for an output
+    of merged ``shape``: ``lanes`` x ``lanes`` blocks, then the leftover rows and columns one
+    element at a time."""
+    b, dtype, itemsize = ctx.builder, out.dtype, out.itemsize
+    rows, columns = shape[-2:]
+    step = reads[-1]
+    writes = loops.contiguous_strides(shape)
+    operands = [ctx.operand(source, reads), ctx.operand(out, writes)]
+
+    def element(src, dst, i, j):
+        at = b.add(i, b.mul(j, irutil.i64(step)))
+        value = irutil.load(b, irutil.element_ptr(b, src, dtype, at), dtype, 1, itemsize)
+        at = b.add(b.mul(i, irutil.i64(columns)), j)
+        irutil.store(b, value, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
+
+    def plane(pointers):
+        src, dst = pointers
+        full_rows, full_columns = rows - rows % lanes, columns - columns % lanes
+        with irutil.for_range(b, 0, full_rows, lanes, name="bi") as i:
+            with irutil.for_range(b, 0, full_columns, lanes, name="bj") as j:
+                block = [irutil.load(b, irutil.element_ptr(
+                    b, src, dtype, b.add(i, b.mul(b.add(j, irutil.i64(k)), irutil.i64(step)))),
+                    dtype, lanes, itemsize) for k in range(lanes)]
+                for k, vector in enumerate(_transpose_registers(b, block)):
+                    at = b.add(b.mul(b.add(i, irutil.i64(k)), irutil.i64(columns)), j)
+                    irutil.store(b, vector, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
+            with irutil.for_range(b, full_columns, columns, name="rj") as j:
+                with irutil.for_range(b, 0, lanes, name="ri") as k:
+                    element(src, dst, b.add(i, k), j)
+        with irutil.for_range(b, full_rows, rows, name="ti") as i:
+            with irutil.for_range(b, 0, columns, name="tj") as j:
+                element(src, dst, i, j)
+
+    loops.outer_loops(b, shape[:-2], operands, [reads[:-2], writes[:-2]], plane)
 
 
 def _part_operand(ctx, tensor, whole, axis, start):
