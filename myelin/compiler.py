@@ -163,8 +163,8 @@ class Compiler:
     @staticmethod
     def _may_view(step):
         source, out = step.inputs[0], step.outputs[0]
-        if source.root().is_global and out.kind in (OUTPUT, INPUT):
-            return False
+        if (source.root().is_global or source.root().ref) and out.kind in (OUTPUT, INPUT):
+            return False       # an output of its own, not the caller's or a global's bytes
         return out.kind != INPUT
 
     def _make_spec(self, var, kind):
@@ -172,9 +172,10 @@ class Compiler:
             raise CompileError(f"variable {var.name} has no data type")
         dtypes.canonical(var.dtype)
         shape = tuple(max(d, 1) for d in var.shape)  # a dynamic dimension counts as 1
+        ref = kind == INPUT and var.ref
         spec = TensorSpec(var.name, dtypes.canonical(var.dtype), shape, kind,
                           aliases=list(var.aliases), is_output=var.is_output,
-                          alignment=self.alignment)
+                          alignment=8 if ref else self.alignment, ref=ref)
         spec.var = var
         return spec
 

@@ -204,3 +204,67 @@ def test_feature_presets_select_isa():
     assert myelin.Compiler(features="avx").target.isa() == "AVX"
     with pytest.raises(myelin.MyelinError):
         myelin.Compiler(features="bogus")  # neither a preset nor +/- items
+
+
+def _reference_flow(rows=3, columns=5):
+    """y = tanh(x + 1) and z = x reshaped, with x a reference input, and a matrix product of
+    a reference input large enough to be split over threads."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [rows, columns])
+    x.ref = True
+    f.tanh(f.add(x, 1.0), name="y")
+    f.reshape(x, [columns, rows], name="z")
+    a = f.var("a", myelin.DT_FLOAT, [120, 200])
+    a.ref = True
+    f.matmul(a, f.array("w", np.random.default_rng(0).standard_normal((200, 150), np.float32)),
+             name="p")
+    return flow, x, a
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reference_inputs_are_read_in_place(threads):
+    flow, x, a = _reference_flow()
+    net = myelin.Compiler(threads=threads).compile(flow)
+    cell = net.cell("f")
+    assert cell.spec("f/x").ref and cell.spec("f/x").instance_bytes == 8
+    data = cell.instance()
+    rng = np.random.default_rng()
+    xs, big = rng.random((3, 5), np.float32), rng.random((120, 200), np.float32)
+    data.bind(x, xs)
+    data.bind(a, big)
+    xs[...] = rng.random((3, 5), np.float32)     # the cell reads the array as it is now
+    data.compute()
+    np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(xs + 1), rtol=1e-6)
+    np.testing.assert_array_equal(data["f/z"].numpy(), xs.reshape(5, 3))
+    assert not np.shares_memory(data["f/z"].numpy(), xs)   # outputs are the cell's own
+    w = net.tensor("f/w").numpy()
+    np.testing.assert_allclose(data["f/p"].numpy(), big @ w, rtol=1e-4, atol=1e-4)
+    assert np.shares_memory(data["f/x"].numpy(), xs)
+    data.clear()                                  # bindings survive clear()
+    data.compute()
+    np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(xs + 1), rtol=1e-6)
+
+
+def test_reference_inputs_assignment_and_errors():
+    flow, x, a = _reference_flow()
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    with pytest.raises(myelin.InputError, match="not bound"):
+        data.compute()
+    with pytest.raises(myelin.InputError, match="not bound"):
+        data["f/x"]
+    with pytest.raises(myelin.InputError, match="float32"):
+        data.bind(x, np.zeros((3, 5), np.float64))
+    with pytest.raises(myelin.InputError, match="non-contiguous"):
+        data.bind(x, np.zeros((5, 3), np.float32).T)
+    with pytest.raises(myelin.InputError, match="shape"):
+        data.bind(x, np.zeros((3, 4), np.float32))
+    with pytest.raises(myelin.InputError, match="not a reference"):
+        data.bind("f/y", np.zeros((3, 5), np.float32))
+    values = np.arange(15, dtype=np.float64).reshape(5, 3).T     # converted into a copy
+    data[x] = values
+    data[a] = np.ones((120, 200), np.float32)
+    data.compute()
+    np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
+    with pytest.raises(myelin.InputError, match="shape"):
+        data[x] = np.zeros((2, 2))

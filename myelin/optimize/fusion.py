@@ -58,7 +58,7 @@ def _elementwise(op, ctx):
     out = op.outputs[0]
     if out.dtype not in _FUSED_TYPES or out.is_input or out.is_global or out.ref:
         return False
-    if any(v.dtype != out.dtype or v.ref for v in op.inputs) or not op.inputs:
+    if any(v.dtype != out.dtype for v in op.inputs) or not op.inputs:
         return False
     return ctx.fusable is None or ctx.fusable(op.type)
 

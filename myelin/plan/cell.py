@@ -2,7 +2,9 @@
 
 A :class:`TensorSpec` is a variable as the compiled cell sees it: where it lives (an offset in
 the instance block, or the address of a global owned by the network), its size, alignment and
-live range, and which other tensor's storage it shares. A :class:`Step` is an operation with
+live range, and which other tensor's storage it shares. A reference input (a variable flagged
+``ref``) keeps only a pointer in the instance block: the caller binds an array of its own to
+it, which the cell reads without a copy. A :class:`Step` is an operation with
 its chosen kernel.
 """
 
@@ -30,6 +32,7 @@ class TensorSpec:
     last: int = -1
     shares: "TensorSpec | None" = None   # storage taken over from this tensor (printed "union")
     view_of: "TensorSpec | None" = None  # the tensor is a view of another (no code, same bytes)
+    ref: bool = False              # the instance holds a pointer to the elements (inputs only)
 
     @property
     def itemsize(self):
@@ -45,6 +48,11 @@ class TensorSpec:
     @property
     def size(self):
         return self.elements * self.itemsize
+
+    @property
+    def instance_bytes(self):
+        """Bytes the tensor takes in the instance block: a pointer for a reference."""
+        return 8 if self.ref else max(self.size, 1)
 
     @property
     def is_global(self):

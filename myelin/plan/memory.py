@@ -79,14 +79,14 @@ def plan(steps, tensors, reuse=True):
     owners = [t for t in tensors if t.in_instance and t.view_of is None]
     unshared_size = 0
     for tensor in owners:
-        unshared_size = _align(unshared_size, tensor.alignment) + max(tensor.size, 1)
+        unshared_size = _align(unshared_size, tensor.alignment) + tensor.instance_bytes
     allocator = _FreeList()
     placed = set()
 
     # Inputs and outputs first, in their order: they are live throughout.
     for tensor in owners:
         if tensor.kind in (INPUT, OUTPUT):
-            tensor.offset = allocator.allocate(max(tensor.size, 1), tensor.alignment)
+            tensor.offset = allocator.allocate(tensor.instance_bytes, tensor.alignment)
             placed.add(id(tensor))
 
     dying = {}

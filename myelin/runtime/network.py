@@ -155,6 +155,7 @@ class Cell:
         self._function = _CELL_FUNCTION(address)
         self._counters = counters  # int64 [1 + steps, 2] the code adds to, or None
         self._tensors = [t for t in tensors if not t.is_global]
+        self._references = sum(1 for t in self._tensors if t.ref)
         self._index = {}
         for i, tensor in enumerate(self._tensors):
             for key in [tensor.name] + list(tensor.aliases):
@@ -225,7 +226,11 @@ class Cell:
 
 
 class Instance:
-    """One set of the cell's tensors in memory; ``compute()`` runs the cell on it."""
+    """One set of the cell's tensors in memory; ``compute()`` runs the cell on it.
+
+    A reference input (a variable flagged ``ref``) is not copied into the instance: an array
+    of the caller's is bound to it (:meth:`bind`, or ``data[x] = array``) and the cell reads
+    it in place."""
 
     def __init__(self, cell):
         self.cell = cell
@@ -233,12 +238,21 @@ class Instance:
         self._address = self._memory.ctypes.data
         self._function = cell._function
         self._views = {}
+        self._bound = {}     # id of a reference input -> the array bound to it
+        # The block as 64-bit words, where reference inputs keep their arrays' addresses.
+        self._words = self._memory[:self._memory.size // 8 * 8].view(np.uint64)
 
     def compute(self):
         """Run the cell: one native call (the GIL is released meanwhile).
 
-        Raises InputError if a step found bad input (an index out of range); the outputs of
-        that step and later ones are then unspecified."""
+        Raises InputError if a reference input is not bound, or if a step found bad input
+        (an index out of range); the outputs of that step and later ones are then
+        unspecified."""
+        if len(self._bound) < self.cell._references:
+            missing = [t.name for t in self.cell._tensors
+                       if t.ref and id(t) not in self._bound]
+            raise InputError(f"cell {self.cell.name}: reference inputs {missing} are not bound "
+                             f"(bind arrays with data.bind(name, array) or data[name] = array)")
         status = self._function(self._address)
         if status:
             step = self.cell.steps[status - 1]
@@ -246,14 +260,46 @@ class Instance:
                              f"(found at run time)")
 
     def clear(self):
-        """Set every tensor of the instance to zero."""
+        """Set every tensor of the instance to zero (reference inputs stay bound)."""
         self._memory.fill(0)
+        for spec in self.cell._tensors:
+            if id(spec) in self._bound:
+                self._store_address(spec, self._bound[id(spec)])
+
+    def bind(self, key, array):
+        """Make reference input ``key`` read ``array`` in place (no copy): a C-contiguous
+        NumPy array of the tensor's dtype and shape, kept alive by the instance until another
+        is bound. Raises InputError for any other tensor or array."""
+        spec = self.cell._tensors[self._resolve(key)]
+        if not spec.ref:
+            raise InputError(f"tensor {spec.name} is not a reference input; assign its value "
+                             f"with data[name] = value")
+        target = dtypes.to_numpy(spec.dtype)
+        if not isinstance(array, np.ndarray) or array.dtype != target:
+            raise InputError(f"reference input {spec.name} binds {spec.dtype} arrays, not "
+                             f"{getattr(array, 'dtype', type(array).__name__)}")
+        if array.shape != spec.shape or not array.flags.c_contiguous:
+            layout = "C-contiguous" if array.flags.c_contiguous else "non-contiguous"
+            raise InputError(f"reference input {spec.name} binds C-contiguous arrays of shape "
+                             f"{list(spec.shape)}, not a {layout} one of shape "
+                             f"{list(array.shape)}")
+        if self._bound.get(id(spec)) is not array:
+            self._store_address(spec, array)
+            self._bound[id(spec)] = array
+
+    def _store_address(self, spec, array):
+        self._words[spec.offset // 8] = array.__array_interface__["data"][0]
 
     def _view(self, index):
+        spec = self.cell._tensors[index]
+        root = spec.root()
+        if root.ref:
+            array = self._bound.get(id(root))
+            if array is None:
+                raise InputError(f"reference input {root.name} is not bound")
+            return array.reshape(tuple(max(d, 1) for d in spec.shape))
         view = self._views.get(index)
         if view is None:
-            spec = self.cell._tensors[index]
-            root = spec.root()
             dtype = dtypes.to_numpy(spec.dtype)
             shape = tuple(max(d, 1) for d in spec.shape)
             if root.address is not None:
@@ -285,11 +331,16 @@ class Instance:
     def __setitem__(self, key, value):
         index = self._resolve(key)
         spec = self.cell._tensors[index]
+        if spec.ref:     # bound in place when it can be, else to a converted copy
+            array = _coerce(spec.name, spec.dtype, spec.shape, value)
+            self.bind(index, np.ascontiguousarray(array, dtypes.to_numpy(spec.dtype)))
+            return
         view = self._view(index)
         view[...] = _coerce(spec.name, spec.dtype, view.shape, value)
 
     def __str__(self):
         lines = []
         for index, spec in enumerate(self.cell._tensors):
-            lines.append(f"{spec.name} = {self._view(index)}")
+            bound = not spec.root().ref or id(spec.root()) in self._bound
+            lines.append(f"{spec.name} = {self._view(index) if bound else '(not bound)'}")
         return "\n".join(lines)

@@ -130,3 +130,19 @@ def test_graph_output_that_is_an_input_is_copied():
     x = np.array([1, 2, 3], np.float32)
     (y,) = myelin.onnx.load(model).run([x])
     np.testing.assert_array_equal(y, x)
+
+
+def test_inputs_are_read_in_place_and_outputs_are_fresh():
+    """Inputs are bound to the cell without a copy (a contiguous copy of a strided one);
+    outputs never share the caller's memory."""
+    nodes = [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["z"])]
+    model = myelin.onnx.load(_model(nodes, [_info("x", shape=[3, 4])],
+                                    [_info("y", shape=[3, 4]), _info("z", shape=[3, 4])]))
+    rng = np.random.default_rng()
+    for x in (rng.standard_normal((3, 4)).astype(np.float32),
+              rng.standard_normal((4, 3)).astype(np.float32).T):    # not contiguous
+        y, z = model.run([x])
+        np.testing.assert_array_equal(y, x)
+        np.testing.assert_array_equal(z, np.maximum(x, 0))
+        assert not np.shares_memory(y, x) and not np.shares_memory(z, x)
+    assert model.network().cell("main").spec("main/x").ref

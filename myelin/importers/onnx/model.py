@@ -31,13 +31,25 @@ class _Compiled:
     seconds: float
 
     def __post_init__(self):
-        # Views of the instance's inputs and outputs, made once: run() only copies.
-        data, cell = self.instance, self.cell
-        self.feeds = [(s.name, data.tensor(s.var).numpy().reshape(s.shape))
+        # What run() binds and copies out, worked out once.
+        cell = self.cell
+        self.feeds = [(s.name, cell.index(s.var), cell.spec(s.var).shape)
                       for s in self.imported.inputs if 0 not in s.shape and s.var in cell]
-        self.results = [(data.tensor(s.var).numpy().reshape(s.shape) if 0 not in s.shape
-                         else np.empty(s.shape, dtypes.to_numpy(s.dtype)))
-                        for s in self.imported.outputs]
+        self.results = [self._view(s) for s in self.imported.outputs]
+
+    def _view(self, signature):
+        """An output's view in the instance, or a function making it (an input passed
+        through, whose array is bound at each run)."""
+        if 0 in signature.shape:
+            return np.empty(signature.shape, dtypes.to_numpy(signature.dtype))
+        spec = self.cell.spec(signature.var)
+        if spec.root().ref:
+            return lambda: self.instance.tensor(signature.var).numpy().reshape(signature.shape)
+        return self.instance.tensor(signature.var).numpy().reshape(signature.shape)
+
+    def fetch(self):
+        """Fresh copies of the outputs."""
+        return [(view() if callable(view) else view).copy() for view in self.results]
 
 
 class OnnxModel:
@@ -79,13 +91,12 @@ class OnnxModel:
         feeds = self._feeds(inputs)
         compiled = self._lookup(feeds)
         with compiled.lock:
-            for name, view in compiled.feeds:
-                try:
-                    np.copyto(view, feeds[name], casting="same_kind")
-                except TypeError as error:
-                    raise InputError(f"input {name}: {error}") from None
+            for name, index, shape in compiled.feeds:
+                # Inputs are references: the cell reads the caller's array (of the dtype and
+                # size compiled for) in place, or a contiguous copy of it.
+                compiled.instance.bind(index, np.ascontiguousarray(feeds[name]).reshape(shape))
             compiled.instance.compute()
-            return [view.copy() for view in compiled.results]
+            return compiled.fetch()
 
     __call__ = run
 
@@ -150,6 +161,8 @@ class OnnxModel:
         self._value_inputs |= set(imported.specialized)
         # Inputs found to be read as values are now part of the signature.
         signature = self._signature(feeds) if feeds else _shape_signature(imported)
+        for given in imported.inputs:
+            imported.flow.vars[given.var].ref = 0 not in given.shape   # read in place: run()
         network = Compiler(**self.compiler_options).compile(imported.flow)
         cell = network.cell(imported.func)
         seconds = time.perf_counter() - start

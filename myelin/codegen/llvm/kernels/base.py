@@ -155,13 +155,18 @@ class EmitContext:
         root = tensor.root()
         if root.address is not None:
             return self.builder.inttoptr(irutil.i64(root.address), irutil.PTR)
-        return irutil.byte_ptr(self.builder, self.instance_ptr, root.offset)
+        slot = irutil.byte_ptr(self.builder, self.instance_ptr, root.offset)
+        if root.ref:          # the instance holds the address of the caller's array
+            return self.builder.load(slot, typ=irutil.PTR, align=8)
+        return slot
 
     def alignment(self, tensor):
         """Byte alignment guaranteed for the first element of ``tensor``."""
         root = tensor.root()
         if root.address is not None:
             return math.gcd(root.address, 4096) or 4096
+        if root.ref:
+            return tensor.itemsize
         return math.gcd(root.offset, self.instance_alignment) or self.instance_alignment
 
     def operand(self, tensor, strides=None):
