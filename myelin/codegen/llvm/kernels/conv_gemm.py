@@ -27,6 +27,7 @@ from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 
 I32 = irutil.I32
+CONTIGUOUS_STRIDES = 2    # strides whose panel rows are loaded whole (with every other lane)
 
 
 class ConvGemmKernel(Kernel):
@@ -140,15 +141,18 @@ class _ConvTask(Task):
 
     def _pack_line(self, target, valid, top, left, one_row, y_in, x_in, ky, kx, channel_base,
                    zero):
-        """One vector of a panel row: contiguous when it can be, else gathered."""
+        """One vector of a panel row: one contiguous load (every other element of two vectors
+        for stride 2) when the pixels lie in one output row and their taps inside the input
+        row, else gathered."""
         b, plan, g = self.b, self.plan, self.g
         lanes, dtype = plan.lanes, plan.dtype
         (height, in_width), (dh, dw) = g.input, g.dilations
+        stride = g.strides[1]
         vector = ir.VectorType(I32, lanes)
         inside_rows = b.icmp_unsigned("<", y_in, ir.Constant(I32, height))
-        if g.strides[1] == 1:
+        if stride <= CONTIGUOUS_STRIDES and stride * lanes <= in_width:
             fits = b.and_(b.icmp_signed(">=", x_in, ir.Constant(I32, 0)),
-                          b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - lanes)))
+                          b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - stride * lanes)))
             contiguous = b.and_(one_row, fits)
         else:
             contiguous = ir.Constant(irutil.I1, 0)
@@ -158,7 +162,11 @@ class _ConvTask(Task):
                               b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in))
                 start = b.select(inside_rows, start, ir.Constant(I32, 0))
                 at = irutil.element_ptr(b, self.bp, dtype, b.sext(start, irutil.I64))
-                value = irutil.load(b, at, dtype, lanes, plan.itemsize)
+                value = irutil.load(b, at, dtype, stride * lanes, plan.itemsize)
+                if stride > 1:
+                    value = b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
+                                             ir.Constant(vector, [stride * i
+                                                                  for i in range(lanes)]))
                 irutil.store(b, b.select(inside_rows, value, zero), target, dtype, plan.itemsize)
             with slow:
                 y = b.add(top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))
