@@ -1,7 +1,8 @@
 """Shared helpers for the benchmarks: timing loops, the ratio table, ONNX Runtime sessions.
 
-Every benchmark measures myelin and the other systems in the same process, alternating
-rounds, and reports the median over rounds: ratios are meaningful, absolute numbers less so on
+Every benchmark measures myelin and the other systems in the same process, one system after
+the other (so the spinning worker threads of one, ONNX Runtime's or myelin's, do not slow the
+next), and reports the median over rounds: ratios are meaningful, absolute numbers less so on
 shared machines.
 """
 

@@ -112,24 +112,6 @@ def _matmul_part(op, inputs):
     return part
 
 
-def _fused_matmul_infer(op):
-    recipe = _recipe(op)
-    if recipe.outputs != 1:
-        raise error(op, f"the epilogue must have one output, not {recipe.outputs}")
-    (product,) = lookup("MatMul").infer(_matmul_part(op, op.inputs[:2]))
-    values = [ValueType(f"{op.name}[MatMul]", product.dtype, product.shape)] + list(op.inputs[2:])
-    (result,) = _infer_recipe(op, recipe, values)
-    if result.shape != product.shape:
-        raise error(op, f"the epilogue changes the product's shape {list(product.shape)} "
-                        f"to {list(result.shape)}")
-    return [result]
-
-
-def _fused_matmul_reference(op, inputs):
-    (product,) = lookup("MatMul").reference(_matmul_part(op, op.inputs[:2]), inputs[:2])
-    return _run_recipe(op, _recipe(op), [product] + list(inputs[2:]))
-
-
 def conv_inputs(op):
     """How many of a Conv's or FusedConv's inputs are the convolution's (2 or 3)."""
     if op.type == "FusedConv":
@@ -153,36 +135,42 @@ def conv_part(op):
     return part
 
 
-def _fused_conv_infer(op):
+def _host(op):
+    """The MatMul or Conv a fused product computes before its epilogue."""
+    return conv_part(op) if op.type == "FusedConv" else _matmul_part(op, op.inputs[:2])
+
+
+def _fused_product_infer(op):
     recipe = _recipe(op)
     if recipe.outputs != 1:
         raise error(op, f"the epilogue must have one output, not {recipe.outputs}")
-    (product,) = lookup("Conv").infer(conv_part(op))
+    host = _host(op)
+    (product,) = lookup(host.type).infer(host)
     extras = list(op.inputs[first_extra(op):])
-    for x in extras:
+    for x in extras if op.type == "FusedConv" else ():
         if tuple(x.shape) != tuple(product.shape) and any(d != 1 for d in x.shape):
             raise error(op, f"epilogue input {x.name} of shape {list(x.shape)} must have the "
                             f"convolution's shape {list(product.shape)} or one element")
-    values = [ValueType(f"{op.name}[Conv]", product.dtype, product.shape)] + extras
+    values = [ValueType(f"{op.name}[{host.type}]", product.dtype, product.shape)] + extras
     (result,) = _infer_recipe(op, recipe, values)
     if result.shape != product.shape:
-        raise error(op, f"the epilogue changes the convolution's shape {list(product.shape)} "
-                        f"to {list(result.shape)}")
+        raise error(op, f"the epilogue changes the {host.type} result's shape "
+                        f"{list(product.shape)} to {list(result.shape)}")
     return [result]
 
 
-def _fused_conv_reference(op, inputs):
-    split = first_extra(op)
-    (product,) = lookup("Conv").reference(conv_part(op), inputs[:split])
+def _fused_product_reference(op, inputs):
+    host, split = _host(op), first_extra(op)
+    (product,) = lookup(host.type).reference(host, inputs[:split])
     return _run_recipe(op, _recipe(op), [product] + list(inputs[split:]))
 
 
 register(OpDef("Calculate", Kind.OPAQUE, _calculate_infer, _calculate_reference,
                attrs={"expr": None, "axis": None, "keepdims": False}, inputs=(1, None),
                outputs=None, doc="fused element-wise ops and trailing reductions (a recipe)"))
-register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_matmul_infer, _fused_matmul_reference,
+register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
                attrs={"expr": None, "transpose_a": False, "transpose_b": False},
                inputs=(2, None), doc="a matrix product with a fused element-wise epilogue"))
-register(OpDef("FusedConv", Kind.OPAQUE, _fused_conv_infer, _fused_conv_reference,
+register(OpDef("FusedConv", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
                attrs=dict(CONV_ATTRS, expr=None, bias=False), inputs=(2, None),
                doc="a convolution with a fused element-wise epilogue"))
