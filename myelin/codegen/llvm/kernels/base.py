@@ -176,7 +176,7 @@ class EmitContext:
         return Operand(self.pointer(tensor), tensor.dtype, tuple(strides), self.alignment(tensor))
 
 
-def elementwise(ctx, name, tensors, shape, operands, body, flops=0):
+def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
     """:func:`loops.elementwise` over ``shape``, split over threads along its first (collapsed)
     axis when the loop is large. ``operands(ctx)`` makes the (inputs, outputs) operands in a
     context (a task's, where the tensors' addresses are arguments); ``flops`` is the work per

@@ -1,8 +1,7 @@
 """The element-wise kernel: any op with an element-wise lowering, with NumPy broadcasting."""
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
+from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
 
 
 class ElementwiseKernel(Kernel):
@@ -41,5 +40,5 @@ class ElementwiseKernel(Kernel):
         def body(builder, values, lanes):
             return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
 
-        split_elementwise(ctx, f"{step.type}.{step.name}", step.inputs + step.outputs, out.shape,
-                          operands, body, flops=1)
+        parallel_elementwise(ctx, f"{step.type}.{step.name}", step.inputs + step.outputs,
+                             out.shape, operands, body, flops=1)

@@ -13,8 +13,7 @@ import weakref
 import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
+from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
 from myelin.codegen.llvm.kernels.reduction import combiner, horizontal, identity
 from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
@@ -229,10 +228,10 @@ class CalculateKernel(Kernel):
         if plan.reductions:
             self._emit_rows(ctx, plan, *operands(ctx))
         else:
-            split_elementwise(ctx, f"Calculate.{step.name}", step.inputs + step.outputs,
-                              plan.domain, operands,
-                              lambda b, values, lanes: plan.typed.evaluate(b, values),
-                              flops=len(plan.typed.parts))
+            parallel_elementwise(ctx, f"Calculate.{step.name}", step.inputs + step.outputs,
+                                 plan.domain, operands,
+                                 lambda b, values, lanes: plan.typed.evaluate(b, values),
+                                 flops=len(plan.typed.parts))
 
     @staticmethod
     def _emit_rows(ctx, plan, inputs, outputs):

@@ -5,8 +5,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.base import elementwise as split_elementwise
+from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
 
 
 def copy(ctx, shape, source, target):
@@ -77,9 +76,9 @@ class TransposeKernel(Kernel):
                 and min(shape[-2:]) >= lanes and out.dtype == source.dtype):
             _blocked_transpose(ctx, source, out, shape, reads, lanes)
             return
-        split_elementwise(ctx, f"Transpose.{step.name}", [source, out], out.shape,
-                          lambda sub: ([sub.operand(source, strides)], [sub.operand(out)]),
-                          lambda builder, values, lanes: values)
+        parallel_elementwise(ctx, f"Transpose.{step.name}", [source, out], out.shape,
+                             lambda sub: ([sub.operand(source, strides)], [sub.operand(out)]),
+                             lambda builder, values, lanes: values)
 
 
 def _transpose_registers(b, rows):
