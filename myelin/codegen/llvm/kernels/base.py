@@ -67,7 +67,6 @@ class EmitContext:
         self.instance_alignment = instance_alignment
         self.threads = threads
         self.arrays = [] if arrays is None else arrays
-        self.functions = {}     # helper functions emitted once per module, by key
         self.status = 1     # what the cell function returns when the current step fails
 
     def keep(self, array):
@@ -77,10 +76,13 @@ class EmitContext:
         return self.builder.inttoptr(irutil.i64(array.ctypes.data), irutil.PTR)
 
     def function(self, key, build):
-        """The helper function ``build(module)`` made for ``key``, built on first use."""
-        if key not in self.functions:
-            self.functions[key] = build(self.builder.module)
-        return self.functions[key]
+        """The helper function ``build(module)`` made for ``key``, built on its module's
+        first use and shared by every cell of the module."""
+        module = self.builder.module
+        functions = module.__dict__.setdefault("_myelin_functions", {})
+        if key not in functions:
+            functions[key] = build(module)
+        return functions[key]
 
     def chunks(self, units, work):
         """(tasks, units per task) to split ``units`` independent pieces of a step doing
@@ -230,7 +232,6 @@ class ArgumentContext(EmitContext):
                          parent.arrays)
         self.pointers = pointers
         self.known_alignment = alignment
-        self.functions = parent.functions
 
     def pointer(self, tensor):
         return self.pointers[id(tensor.root())]

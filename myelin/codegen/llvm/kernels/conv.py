@@ -93,12 +93,10 @@ def outlined(ctx, step, emit):
     repeated layers) LLVM compiles them much faster than inline in one huge function.
     """
     tensors = list(step.inputs) + list(step.outputs)
-    module = ctx.builder.module
-    cache = module.__dict__.setdefault("_myelin_outlined", {})
-    key = (step.type, tuple((t.dtype, tuple(t.shape)) for t in tensors),
+    key = ("outlined", step.type, tuple((t.dtype, tuple(t.shape)) for t in tensors),
            tuple(sorted(step.attrs.items())), ctx.target.features)
-    function = cache.get(key)
-    if function is None:
+
+    def build(module):
         symbol = module.get_unique_name("".join(ch if ch.isalnum() else "_"
                                                 for ch in f"{step.type}_{step.name}"))
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * len(tensors)),
@@ -113,7 +111,9 @@ def outlined(ctx, step, emit):
         arguments = {id(t.root()): a for t, a in zip(tensors, function.args)}
         emit(ArgumentContext(builder, ctx.target, arguments, ctx, ctx.threads))
         builder.ret_void()
-        cache[key] = function
+        return function
+
+    function = ctx.function(key, build)
     ctx.builder.call(function, [ctx.pointer(t) for t in tensors])
 
 

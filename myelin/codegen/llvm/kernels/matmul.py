@@ -60,6 +60,12 @@ def _tile_rows(target, m, vectors=VECTORS):
     return max(1, min(m, (target.vector_registers - vectors - 1) // vectors))
 
 
+def _tiling(target, m, choice):
+    """(vectors, rows) of the register tile for ``m`` rows: ``choice``'s, else the default."""
+    vectors = choice.get("vectors", VECTORS)
+    return vectors, min(m, choice.get("rows") or _tile_rows(target, m, vectors))
+
+
 def choices(target, m):
     """The tilings worth timing for a product with ``m`` rows (see :class:`Plan`): the
     default first, then tiles of other widths and heights and other panel group sizes."""
@@ -110,9 +116,8 @@ class Plan:
         self.batches = math.prod(self.batch)
         self.itemsize = dtypes.itemsize(dtype)
         self.lanes = loops.lanes(ctx.target, dtype)
-        self.vectors = choice.get("vectors", VECTORS)
+        self.vectors, self.rows = _tiling(ctx.target, m, choice)
         self.width = self.lanes * self.vectors                      # columns per panel
-        self.rows = min(m, choice.get("rows") or _tile_rows(ctx.target, m, self.vectors))
         self.panels = _ceil(n, self.width)
         self.full_panels = n // self.width
         self.packing = packing
@@ -134,8 +139,7 @@ class Plan:
         batch = c.shape[:-2]
         if _rows_fold(step):
             m, batch = m * math.prod(batch), ()
-        vectors = step.choice.get("vectors", VECTORS)
-        rows = step.choice.get("rows") or _tile_rows(ctx.target, m, vectors)
+        vectors, rows = _tiling(ctx.target, m, step.choice)
         panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
         root = b.root()
         if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
