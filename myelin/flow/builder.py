@@ -104,17 +104,18 @@ class Builder:
         """
         return self._constant(self._name(name), np.asarray(value))
 
-    def const(self, value, dtype=None, shape=None):
+    def const(self, value, dtype=None, shape=None, *, copy=True):
         """A new constant ``<func>/const[_N]`` from a number, list, array or buffer.
 
         Python floats default to float32, ints to int32, bools to bool; arrays keep their type.
+        ``copy=False`` refers to an array's memory where it can, as :meth:`array` does.
         """
         array = np.asarray(value)
         if isinstance(value, (bool, int, float, list, tuple)):
             default = _LITERAL_DEFAULTS.get(array.dtype.kind)
         else:
             default = dtypes.from_numpy(array.dtype)
-        array = np.array(array, dtype=dtypes.to_numpy(dtype or default))
+        array = np.array(array, dtype=dtypes.to_numpy(dtype or default), copy=copy or None)
         if shape is not None:
             array = array.reshape(shape)
         return self._constant(self.varname("const"), array)

@@ -6,7 +6,6 @@ deleted. :func:`forward` removes an op whose outputs equal existing variables an
 outputs alive under their own names.
 """
 
-import hashlib
 
 import numpy as np
 
@@ -102,22 +101,29 @@ def eliminate_dead_code(flow, ctx):
 
 
 def _constant_key(var):
-    """Type, shape and a digest of the bytes of a constant."""
-    data = np.ascontiguousarray(var.data)
-    return var.dtype, var.shape, hashlib.blake2b(data.reshape(-1).view(np.uint8),
-                                                 digest_size=16).digest()
+    """Type, shape and a sample of the bytes of a constant: the same for equal constants,
+    rarely for different ones (which :func:`_same_bytes` then tells apart)."""
+    flat = _bytes(var)
+    return var.dtype, var.shape, flat[::max(1, flat.size // 256)].tobytes()
+
+
+def _bytes(var):
+    return np.ascontiguousarray(var.data).reshape(-1).view(np.uint8)
 
 
 def _merge_constants(flow, ctx):
     """Make readers of a constant read the first constant with the same type, shape and bytes
     (constants that stateful ops read are left alone)."""
-    first = {}
+    first = {}           # key -> the constants kept with that key
     changed = False
     for var in list(flow.vars.values()):
         if not var.constant or var.learnable or any(map(is_stateful, var.consumers)):
             continue
-        kept = first.setdefault(_constant_key(var), var)
-        if kept is not var and var.consumers:
+        candidates = first.setdefault(_constant_key(var), [])
+        kept = next((c for c in candidates if np.array_equal(_bytes(c), _bytes(var))), None)
+        if kept is None:
+            candidates.append(var)
+        elif var.consumers:
             ctx.log(f"eliminate_common_subexpressions: {var.name} is {kept.name}")
             for consumer in list(var.consumers):
                 consumer.replace_input(var, kept)

@@ -61,6 +61,7 @@ PIPELINE = (
         Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),
     )),
     Pass("fuse", fusion.fuse, 1),
+    Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused
 )
 
 

@@ -60,8 +60,10 @@ def test_disable_by_name_and_environment(monkeypatch):
 def test_dump_after_each_changing_pass(monkeypatch, capsys):
     seen = []
     optimize.optimize(flow_with_work(), dump=lambda name, text: seen.append((name, text)))
-    assert [name for name, _ in seen][-1] == "fuse"
-    assert "Calculate" in seen[-1][1] and "expr = " in seen[-1][1]
+    names = [name for name, _ in seen]
+    assert names[-2:] == ["fuse", "eliminate_dead_code"]     # fusion leaves unused variables
+    assert "Calculate" in seen[-2][1] and "expr = " in seen[-2][1]
+    assert len(seen[-1][1].splitlines()) < len(seen[-2][1].splitlines())
     monkeypatch.setenv("MYELIN_DUMP_FLOW", "1")
     optimize.optimize(flow_with_work())
     assert "--- flow after fuse ---" in capsys.readouterr().err

@@ -104,7 +104,7 @@ class _GraphImporter:
     def run(self):
         initializers = {t.name: t for t in self.graph.initializer}
         for tensor in self.graph.initializer:
-            self._define(tensor.name, self.builder.const(proto.to_array(tensor)))
+            self._define(tensor.name, self.builder.const(proto.to_array(tensor), copy=False))
         inputs, specialized = [], {}
         for info in self.graph.input:
             if info.name in initializers:
