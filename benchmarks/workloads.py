@@ -12,7 +12,8 @@ thread: "1t"), PyTorch eager (its default threads) and NumPy where it applies, i
 7. a float32 matmul 1024x1024x1024 of two inputs, also in GFLOP/s.
 
 Workloads 2-7 are PyTorch modules with random weights, exported to ONNX and imported by myelin
-(the time that takes, import, optimization and LLVM, is printed as myelin's compile time).
+(the time that takes, import, optimization and LLVM, is printed as myelin's compile time,
+always a full compile: the compile cache is off; ``compile_cache.py`` times it).
 Each workload prints its latencies, myelin's latency over each system's (below 1: myelin is
 faster) and the relative difference of myelin's outputs to ONNX Runtime's. The end prints a
 Markdown summary with each workload's goal (myelin's latency over ONNX Runtime's; for the matmul,
@@ -64,7 +65,8 @@ def imported(module, inputs, outputs=("y",)):
     model_bytes = export(module, tuple(tensors), dynamic_batch=False, inputs=tuple(inputs),
                          outputs=outputs)
     start = time.perf_counter()
-    model = myelin.onnx.load(model_bytes, input_shapes={n: a.shape for n, a in inputs.items()})
+    model = myelin.onnx.load(model_bytes, input_shapes={n: a.shape for n, a in inputs.items()},
+                             cache=False)
     print(f"  myelin compile (ONNX import, optimization, LLVM): "
           f"{time.perf_counter() - start:.2f} s")
     session, single = ort_session(model_bytes), ort_session(model_bytes, 1)

@@ -3,28 +3,38 @@
 ``Compiler().compile(flow)`` infers inputs and outputs, optimizes a copy of the flow with the
 pass pipeline (:mod:`myelin.optimize`), orders every function's ops, picks a kernel for each
 op, plans each cell's instance memory, places the globals, emits one LLVM function per cell and
-compiles them all in one module for the host CPU.
+compiles them all in one module for the host CPU, unless the compile cache
+(:mod:`myelin.codegen.llvm.codecache`) has that module's code already: then it is loaded and
+bound to this network's globals. ``Compiler().emit(flow, triple)`` compiles for another LLVM
+target, to assembly or an object file.
 """
 
 import itertools
+import json
+import logging
+import os
 import time
 
 import llvmlite.ir as ir
 
 from myelin import optimize
-from myelin.codegen.llvm import elementwise, engine, kernels, tuning
+from myelin.codegen.llvm import codecache, elementwise, engine, kernels, tuning
 from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
+from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
-from myelin.flow import dtypes
+from myelin.flow import dtypes, fileformat
 from myelin.ops import registry
 from myelin.plan import memory
 from myelin.plan.cell import CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Step, TensorSpec
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
 
+log = logging.getLogger("myelin.cache")
+
 _module_ids = itertools.count()
+_CACHE_OFF = ("0", "off", "no", "false")
 
 
 class Compiler:
@@ -47,11 +57,21 @@ class Compiler:
     uses its kernel's default. ``tuning_cache`` is the directory where the choices are kept
     for later compiles (default: $MYELIN_CACHE_DIR/tuning, else $XDG_CACHE_HOME/myelin/tuning,
     else ~/.cache/myelin/tuning); False keeps none and measures every time.
+    ``cache`` keeps compiled code on disk and loads it when the same network is compiled again
+    with the same options for the same CPU (see :mod:`myelin.codegen.llvm.codecache`): None
+    (the default) uses $MYELIN_CACHE_DIR/code, else $XDG_CACHE_HOME/myelin/code, else
+    ~/.cache/myelin/code, unless $MYELIN_CACHE is "off"; a directory or a CodeCache uses that;
+    False keeps nothing. ``timings`` has a "cache" phase instead of "emit" and "llvm" when the
+    code came from the cache.
+    ``progress`` is called as compiling goes, ``progress(phase, done, total)``: with done = 0
+    as each phase starts ("optimize", "plan", "tune", "cache", "emit", "llvm"), after each
+    step emitted with the steps done of the total, and with "done" at the end.
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
-                 threads=None, profile=False, tune=False, tuning_cache=None):
+                 threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
+                 progress=None):
         self.target = targets.host(features)
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
@@ -66,6 +86,13 @@ class Compiler:
         self.profile = bool(profile)
         self.tune = bool(tune)
         self.tuning_cache = tuning_cache
+        if cache is None:
+            off = os.environ.get("MYELIN_CACHE", "").strip().lower() in _CACHE_OFF
+            cache = False if off else codecache.CodeCache()
+        elif cache is not False and not isinstance(cache, codecache.CodeCache):
+            cache = codecache.CodeCache(cache)
+        self.cache = cache or None
+        self.progress = progress or (lambda phase, done, total: None)
         self.timings = {}
         self.report = None
 
@@ -75,6 +102,59 @@ class Compiler:
         ``flow`` itself is left as built (only its IN/OUT flags are inferred); the network's
         ``flow`` is the optimized copy, and ``compiler.report`` lists the passes run.
         """
+        self.timings = {}
+        flow, planned, globals_ = self._prepare(flow, self.target)
+        if self.tune:
+            self.progress("tune", 0, 0)
+            start = time.perf_counter()
+            tuner = tuning.Tuner(self.target, self.threads, self.alignment, self.tuning_cache)
+            for _, steps, _, _ in planned:
+                tuner.tune(steps)
+            self.timings["tune"] = time.perf_counter() - start
+
+        if self.cache:
+            self.progress("cache", 0, 0)
+        start = time.perf_counter()
+        arrays = self._place_globals(globals_)
+        symbols, counters = self._symbols(planned)
+        fields = self._cache_fields(flow, planned) if self.cache else None
+        loaded = self._load_cached(fields, arrays, counters) if fields and not self.dump else None
+        self.timings["cache" if loaded else "emit"] = time.perf_counter() - start
+        code, packed = loaded or self._generate(planned, symbols, counters, fields)
+
+        cells = []
+        for name, steps, tensors, (size, unshared) in planned:
+            cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
+                              self.alignment, counters[symbols[name]]))
+        network = Network(cells, arrays, code, self.target, flow, packed)
+        network.dumps = code.dumps
+        self.progress("done", 0, 0)
+        return network
+
+    def emit(self, flow, triple, cpu="generic", features="", object_file=False):
+        """Compile ``flow`` for another LLVM target (such as "aarch64-unknown-linux-gnu")
+        without running it: returns the assembly text, or the bytes of an object file.
+
+        Each function of the flow becomes ``i32 cell_<name>_<n>(ptr instance)``; the globals,
+        packed weights and worker pool the code uses are undefined symbols ``myelin.ext.N``
+        (see :mod:`myelin.codegen.llvm.externals`)."""
+        self.timings = {}
+        target = targets.cross(triple, cpu, features)
+        flow, planned, globals_ = self._prepare(flow, target)
+        start = time.perf_counter()
+        self._place_globals(globals_)
+        module, _ = self._emit_module(planned, *self._symbols(planned), target)
+        self.timings["emit"] = time.perf_counter() - start
+        start = time.perf_counter()
+        code = engine.emit_assembly(module, target, object_file=object_file)
+        self.timings["llvm"] = time.perf_counter() - start
+        self.progress("done", 0, 0)
+        return code
+
+    def _prepare(self, flow, target):
+        """Optimize a copy of ``flow`` and plan its functions for ``target``: returns (the
+        optimized flow, [(function name, steps, tensors, sizes)], its globals by name)."""
+        self.progress("optimize", 0, 0)
         start = time.perf_counter()
         flow.infer_inputs_and_outputs()
         flow.verify()
@@ -85,47 +165,90 @@ class Compiler:
         flow.verify()
         self.timings["optimize"] = time.perf_counter() - start
 
+        self.progress("plan", 0, 0)
         start = time.perf_counter()
         globals_ = {}
-        planned = [self._plan_function(flow, func, globals_) for func in flow.funcs.values()]
+        planned = [self._plan_function(flow, func, globals_, target)
+                   for func in flow.funcs.values()]
         self._check_supported(planned)
         self.timings["plan"] = time.perf_counter() - start
+        return flow, planned, globals_
 
-        if self.tune:
-            start = time.perf_counter()
-            tuner = tuning.Tuner(self.target, self.threads, self.alignment, self.tuning_cache)
-            for _, steps, _, _ in planned:
-                tuner.tune(steps)
-            self.timings["tune"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        arrays = self._place_globals(globals_)
-        module = ir.Module(name=f"myelin{next(_module_ids)}")
-        packed = []       # arrays kernels make at compile time (packed weights)
+    def _symbols(self, planned):
+        """The function symbol of each cell by name, and its profile counters by symbol
+        (None without the profiler)."""
         symbols, counters = {}, {}
-        for name, steps, tensors, _ in planned:
+        for name, steps, _, _ in planned:
             symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in name)
-            symbol = f"{symbol}_{len(symbols)}"
-            symbols[name] = symbol
-            counters[name] = profile_counters(steps) if self.profile else None
-            emit_cell(module, symbol, steps, self.target, self.alignment, self.threads, packed,
-                      counters[name])
-        self.timings["emit"] = time.perf_counter() - start
+            symbols[name] = f"{symbol}_{len(symbols)}"
+            counters[symbols[name]] = profile_counters(steps) if self.profile else None
+        return symbols, counters
+
+    def _emit_module(self, planned, symbols, counters, target):
+        """An LLVM module with the function of every planned cell, and its externals."""
+        module = ir.Module(name=f"myelin{next(_module_ids)}")
+        externals = Externals()
+        total = _steps_with_code(planned)
+        done = itertools.count(1)
+        self.progress("emit", 0, total)
+        for name, steps, _, _ in planned:
+            emit_cell(module, symbols[name], steps, target, self.alignment, self.threads,
+                      externals, counters[symbols[name]],
+                      lambda: self.progress("emit", next(done), total))
+        self.progress("llvm", 0, 0)
+        return module, externals
+
+    # Code generation and the compile cache.
+    def _generate(self, planned, symbols, counters, fields):
+        """Emit and compile the cells' code (stored in the cache under ``fields`` unless None);
+        returns (code, arrays made at compile time)."""
+        start = time.perf_counter()
+        module, externals = self._emit_module(planned, symbols, counters, self.target)
+        self.timings["emit"] += time.perf_counter() - start
 
         start = time.perf_counter()
-        code = engine.compile_module(module, self.target, dump=self.dump)
+        object_bytes, dumps = engine.compile_object(module, self.target, dump=self.dump)
+        if fields:
+            self.cache.store(codecache.CodeCache.key(fields), fields, object_bytes,
+                             externals.arrays, externals.table(),
+                             {"cells": list(symbols), "steps": _steps_with_code(planned)})
+        code = engine.load_object(object_bytes, self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
+        return code, externals.arrays
 
-        cells = []
-        for name, steps, tensors, (size, unshared) in planned:
-            cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
-                              self.alignment, counters[name]))
-        network = Network(cells, arrays, code, self.target, flow, packed)
-        network.dumps = code.dumps
-        return network
+    def _cache_fields(self, flow, planned):
+        """The fields of the compile cache's key for ``flow`` planned as ``planned``; None when
+        the flow cannot be stored (it has no content digest)."""
+        try:
+            digest = fileformat.digest(flow)
+        except FlowError:
+            return None
+        steps = [[step.name, step.kernel.kernel_name(step), step.variant, step.choice]
+                 for _, function_steps, _, _ in planned for step in function_steps]
+        fields = {**codecache.environment(), "flow": digest, "steps": steps,
+                  "options": {"opt_level": self.opt_level, "reuse_memory": self.reuse_memory,
+                              "alignment": self.alignment, "threads": self.threads,
+                              "profile": self.profile},
+                  "triple": self.target.triple, "cpu": self.target.cpu,
+                  "features": self.target.features}
+        return json.loads(json.dumps(fields, default=str))
+
+    def _load_cached(self, fields, arrays, counters):
+        """(code, arrays made at compile time) from the cache entry for ``fields``, or None."""
+        entry = self.cache.load(codecache.CodeCache.key(fields), fields)
+        if entry is None:
+            return None
+        try:
+            specs = {name: spec for name, (spec, _) in arrays.items()}
+            addresses = rebind(entry.symbols, specs, entry.arrays, counters)
+        except (KeyError, IndexError, TypeError) as error:
+            log.warning("ignoring compile cache entry %s: %s",
+                        self.cache.path(codecache.CodeCache.key(fields)), error)
+            return None
+        return engine.load_object(entry.object, self.target, addresses), entry.arrays
 
     # Planning.
-    def _plan_function(self, flow, func, globals_):
+    def _plan_function(self, flow, func, globals_, target):
         tensors, specs = [], {}
 
         def spec_of(var):
@@ -149,9 +272,9 @@ class Compiler:
         for op in flow.order(func):
             step = Step(op.name, op.type, [spec_of(v) for v in op.inputs],
                         [spec_of(v) for v in op.outputs], op.attrs, op=op)
-            step.kernel = kernels.select(step, self.target)
+            step.kernel = kernels.select(step, target)
             if step.kernel is not None:
-                step.variant = step.kernel.variant(step, self.target)
+                step.variant = step.kernel.variant(step, target)
                 if step.kernel.view(step) and self._may_view(step):
                     step.outputs[0].view_of = step.inputs[0]
             steps.append(step)
@@ -207,3 +330,7 @@ class Compiler:
             spec.address = memory_block.ctypes.data
             arrays[name] = (spec, array)
         return arrays
+
+
+def _steps_with_code(planned):
+    return sum(not step.noop for _, steps, _, _ in planned for step in steps)

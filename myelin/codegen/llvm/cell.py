@@ -1,14 +1,15 @@
 """Emit the native function of a cell: every step's kernel inline in one LLVM function.
 
 The function is ``i32 <symbol>(ptr instance)``; tensors in the instance are addressed at
-constant offsets from ``instance``, globals at their absolute addresses. It returns 0, or
+constant offsets from ``instance``, globals through external symbols bound to their addresses
+when the code is loaded (:mod:`myelin.codegen.llvm.externals`). It returns 0, or
 1 + the position of the step that found bad input at run time (an index out of range, see
 :meth:`EmitContext.fail_if`); the runtime turns that into an InputError naming the step.
 
 With profile counters (``Compiler(profile=True)``), the function reads the CPU's cycle
 counter on entry, around every step that has code, and before every return, and atomically
 adds the elapsed cycles and one call to an int64 array of ``[1 + steps, 2]`` counters (see
-:func:`profile_counters`); :mod:`myelin.runtime.profile` turns them into a report. Without
+:func:`profile_counters`; the external ``("counters", symbol)``); :mod:`myelin.runtime.profile` turns them into a report. Without
 counters no such code is emitted.
 """
 
@@ -51,11 +52,12 @@ def read_counter(builder, target):
     return builder.call(function, [])
 
 
-def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arrays=None,
-              counters=None):
+def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, externals=None,
+              counters=None, on_step=None):
     """Add the function ``symbol`` computing ``steps`` to ``module``; kernels may split work
-    over ``threads`` and add compile-time arrays (packed weights) to ``arrays``. ``counters``
-    (from :func:`profile_counters`) compiles the profiler in."""
+    over ``threads`` and add the addresses they use (globals, packed weights) to
+    ``externals``. ``counters`` (from :func:`profile_counters`) compiles the profiler in;
+    ``on_step()`` is called after each step with code is emitted."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -63,11 +65,11 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
     instance.add_attribute("noalias")
     function.attributes.add("nounwind")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    ctx = EmitContext(builder, target, instance, instance_alignment, threads, arrays)
+    ctx = EmitContext(builder, target, instance, instance_alignment, threads, externals)
     profiler = None
     if counters is not None:
-        profiler = _Profiler(builder, target, counters, len(steps))
-        ctx.arrays.append(counters)
+        base = ctx.externals.pointer(builder, ("counters", symbol), counters.ctypes.data, 8)
+        profiler = _Profiler(builder, target, counters, base, len(steps))
     for position, step in enumerate(steps):
         ctx.status = position + 1
         if step.noop:
@@ -86,6 +88,8 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
                                f"{step.name} ({step.type}): {error}") from error
         if profiler:
             profiler.count(1 + position, start)
+        if on_step:
+            on_step()
     builder.ret(ir.Constant(irutil.I32, 0))
     if profiler:
         profiler.count_returns(function)
@@ -95,13 +99,13 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, arra
 class _Profiler:
     """Emits the cycle counting of a profiled cell function into ``builder``."""
 
-    def __init__(self, builder, target, counters, steps):
+    def __init__(self, builder, target, counters, base, steps):
         if counters.dtype != np.int64 or counters.shape != (1 + steps, 2):
             raise CompileError(f"profile counters must be int64[{1 + steps}x2], not "
                                f"{counters.dtype}{list(counters.shape)}")
         self.builder = builder
         self.target = target
-        self.address = counters.ctypes.data
+        self.base = base             # a ptr to the counters
         self.row_bytes = counters.strides[0]
         self.entry = self.read()
 
@@ -113,8 +117,7 @@ class _Profiler:
         b = self.builder
         elapsed = b.sub(self.read(), start, name="cycles")
         for column, value in ((CYCLES, elapsed), (CALLS, irutil.i64(1))):
-            address = self.address + row * self.row_bytes + column * 8
-            pointer = b.inttoptr(irutil.i64(address), irutil.PTR)
+            pointer = irutil.byte_ptr(b, self.base, row * self.row_bytes + column * 8)
             b.atomic_rmw("add", pointer, value, "monotonic")
 
     def count_returns(self, function):

@@ -1,4 +1,5 @@
-"""The JIT engine: verify, optimize and compile LLVM modules to machine code in this process.
+"""The JIT engine: verify, optimize and compile LLVM modules to object code, and load object
+code into this process, binding the external symbols it refers to.
 
 Every module is parsed back from text and verified before compilation (llvmlite's IR builder
 checks little). Dumps of the IR before and after optimization and of the assembly are kept on
@@ -6,6 +7,8 @@ request (``dump=True`` or $MYELIN_DUMP_LLVM / $MYELIN_DUMP_ASM set).
 """
 
 import os
+import sys
+import threading
 
 import llvmlite.binding as llvm
 
@@ -42,9 +45,8 @@ def optimize(parsed, machine, level=3):
 class CompiledModule:
     """Machine code for one module, kept alive as long as this object; look up function addresses."""
 
-    def __init__(self, engine, parsed, dumps):
+    def __init__(self, engine, dumps):
         self._engine = engine
-        self._parsed = parsed
         self.dumps = dumps
 
     def address(self, name):
@@ -60,11 +62,12 @@ class CompiledModule:
         return address
 
 
-def compile_module(module, target, opt_level=3, dump=False):
-    """Compile an llvmlite ``ir.Module`` for the host ``target``; returns a CompiledModule.
+def compile_object(module, target, opt_level=3, dump=False):
+    """Compile an llvmlite ``ir.Module`` for the host ``target`` into an object file; returns
+    (object bytes, dumps).
 
-    ``dumps`` of the result holds "llvm" (optimized IR text) and "asm" when ``dump`` is set or
-    the environment asks for them (then they are also printed to stderr).
+    ``dumps`` holds "llvm" (optimized IR text) and "asm" when ``dump`` is set or the
+    environment asks for them (then they are also printed to stderr).
     """
     machine = target.machine(opt=3)
     module.triple = target.triple
@@ -80,11 +83,31 @@ def compile_module(module, target, opt_level=3, dump=False):
         dumps["asm"] = machine.emit_assembly(parsed)
     for kind in ("llvm", "asm"):
         if kind in dumps and os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
-            import sys
             print(dumps[kind], file=sys.stderr)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
-    return CompiledModule(engine, parsed, dumps)
+    return machine.emit_object(parsed), dumps
+
+
+# Symbols bound with llvm.add_symbol are process-wide: binding and loading happen together.
+_load_lock = threading.Lock()
+
+
+def load_object(object_bytes, target, symbols=None, dumps=None):
+    """Load an object file made by :func:`compile_object` for ``target`` into this process,
+    binding its external ``symbols`` (name -> address); returns a CompiledModule."""
+    machine = target.machine(opt=3)
+    with _load_lock:
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        for name, address in (symbols or {}).items():
+            llvm.add_symbol(name, address)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(object_bytes))
+        engine.finalize_object()
+    return CompiledModule(engine, dumps or {})
+
+
+def compile_module(module, target, opt_level=3, dump=False, symbols=None):
+    """Compile ``module`` for the host ``target`` and load it (binding ``symbols``)."""
+    object_bytes, dumps = compile_object(module, target, opt_level, dump)
+    return load_object(object_bytes, target, symbols, dumps)
 
 
 def emit_assembly(module, target, opt_level=3, object_file=False):

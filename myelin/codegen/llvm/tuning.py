@@ -22,15 +22,15 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 
 import llvmlite.ir as ir
 import numpy as np
 
-from myelin import __version__
+from myelin import __version__, cachefiles
 from myelin.codegen.llvm import engine
 from myelin.codegen.llvm.cell import emit_cell
+from myelin.codegen.llvm.externals import Externals
 from myelin.errors import MyelinError
 from myelin.flow import dtypes
 from myelin.plan import memory
@@ -48,21 +48,11 @@ MARGIN = 0.95            # another option replaces the default only when this mu
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
-def default_cache_dir():
-    """Where answers are cached by default: $MYELIN_CACHE_DIR/tuning, else
-    $XDG_CACHE_HOME/myelin/tuning, else ~/.cache/myelin/tuning."""
-    root = os.environ.get("MYELIN_CACHE_DIR")
-    if root:
-        return os.path.join(root, "tuning")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "myelin", "tuning")
-
-
 class Tuner:
     """Sets ``step.choice`` of large steps with several kernel options to the fastest one.
 
-    ``cache`` is the directory of cached answers (None: :func:`default_cache_dir`; False: no
-    cache, always measure). ``budget`` is the seconds of compiling spent per step key.
+    ``cache`` is the directory of cached answers (None: ``cache_dir("tuning")`` of
+    :mod:`myelin.cachefiles`; False: no cache, always measure). ``budget`` is the seconds of compiling spent per step key.
     """
 
     def __init__(self, target, threads=1, alignment=64, cache=None, budget=STEP_BUDGET,
@@ -71,7 +61,7 @@ class Tuner:
         self.threads = threads
         self.alignment = alignment
         if cache is None:
-            cache = default_cache_dir()
+            cache = cachefiles.cache_dir("tuning")
         self.cache = os.fspath(cache) if cache is not False else None
         self.budget = budget
         self.min_flops = min_flops
@@ -154,20 +144,9 @@ class Tuner:
         return options[options.index(entry["choice"])]
 
     def _store(self, digest, entry):
-        """Write ``entry`` atomically (a temporary file renamed over the entry)."""
-        if not self.cache:
-            return
-        temporary = None
-        try:
-            os.makedirs(self.cache, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(".tmp", ".tuning-", self.cache)
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                json.dump(entry, file, indent=1, sort_keys=True)
-            os.replace(temporary, self._path(digest))
-        except OSError as error:
-            log.warning("cannot write the tuning cache in %s: %s", self.cache, error)
-            if temporary is not None and os.path.exists(temporary):
-                os.remove(temporary)
+        if self.cache:
+            text = json.dumps(entry, indent=1, sort_keys=True)
+            cachefiles.write_atomic(self.cache, f"{digest}.json", [text.encode()])
 
 
 def fastest(options, seconds):
@@ -248,9 +227,10 @@ class _StepCell:
         step = dataclasses.replace(self.step, inputs=self.inputs, outputs=self.outputs,
                                    choice=dict(option))
         module = ir.Module(name=f"tune_{step.name}")
-        emit_cell(module, "tune", [step], target, self.alignment, threads, self.keep)
-        code = engine.compile_module(module, target)
-        self.keep.append(code)
+        externals = Externals()
+        emit_cell(module, "tune", [step], target, self.alignment, threads, externals)
+        code = engine.compile_module(module, target, symbols=externals.addresses)
+        self.keep += [externals, code]
         return _CELL_FUNCTION(code.address("tune"))
 
     def time(self, functions):

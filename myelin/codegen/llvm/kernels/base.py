@@ -11,6 +11,7 @@ import math
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, threads
+from myelin.codegen.llvm.externals import Externals
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 
 
@@ -57,23 +58,23 @@ class Kernel:
 
 class EmitContext:
     """Where a kernel emits: the IR builder, the target, the addresses of tensors, the number
-    of threads a kernel may split its work over, and arrays made at compile time (``keep``)."""
+    of threads a kernel may split its work over, and the module's external symbols
+    (``externals``: globals' data, arrays made at compile time with ``keep``)."""
 
     def __init__(self, builder, target, instance_ptr, instance_alignment, threads=1,
-                 arrays=None):
+                 externals=None):
         self.builder = builder
         self.target = target
         self.instance_ptr = instance_ptr
         self.instance_alignment = instance_alignment
         self.threads = threads
-        self.arrays = [] if arrays is None else arrays
+        self.externals = Externals() if externals is None else externals
         self.status = 1     # what the cell function returns when the current step fails
 
     def keep(self, array):
         """Keep ``array`` (made at compile time, such as packed weights) alive as long as the
-        network; returns a ptr value addressing its first element."""
-        self.arrays.append(array)
-        return self.builder.inttoptr(irutil.i64(array.ctypes.data), irutil.PTR)
+        code; returns a ptr value addressing its first element."""
+        return self.externals.keep(self.builder, array)
 
     def function(self, key, build):
         """The helper function ``build(module)`` made for ``key``, built on its module's
@@ -116,8 +117,8 @@ class EmitContext:
             with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
                 b.call(function, [slots, index])
             return
-        parallel_for = b.inttoptr(irutil.i64(threads.pool(self.threads).parallel_for_address),
-                                  irutil.PTR)
+        parallel_for = self.externals.pointer(
+            b, ("pool", self.threads), threads.pool(self.threads).parallel_for_address)
         irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
                             [function, slots, irutil.i64(count)])
 
@@ -156,7 +157,8 @@ class EmitContext:
         """An ``ptr`` value addressing the first element of ``tensor``."""
         root = tensor.root()
         if root.address is not None:
-            return self.builder.inttoptr(irutil.i64(root.address), irutil.PTR)
+            return self.externals.pointer(self.builder, ("global", root.name), root.address,
+                                          root.alignment)
         slot = irutil.byte_ptr(self.builder, self.instance_ptr, root.offset)
         if root.ref:          # the instance holds the address of the caller's array
             return self.builder.load(slot, typ=irutil.PTR, align=8)
@@ -166,7 +168,7 @@ class EmitContext:
         """Byte alignment guaranteed for the first element of ``tensor``."""
         root = tensor.root()
         if root.address is not None:
-            return math.gcd(root.address, 4096) or 4096
+            return root.alignment
         if root.ref:
             return tensor.itemsize
         return math.gcd(root.offset, self.instance_alignment) or self.instance_alignment
@@ -229,7 +231,7 @@ class ArgumentContext(EmitContext):
 
     def __init__(self, builder, target, pointers, parent, threads, alignment=None):
         super().__init__(builder, target, None, parent.instance_alignment, threads,
-                         parent.arrays)
+                         parent.externals)
         self.pointers = pointers
         self.known_alignment = alignment
 
