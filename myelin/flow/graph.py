@@ -507,10 +507,10 @@ class Flow:
         from myelin.flow.dump import to_text
         return to_text(self)
 
-    def to_dot(self, func=None):
-        """GraphViz DOT text of one function (or of the first one)."""
-        from myelin.flow.dump import to_dot
-        return to_dot(self, func)
+    def to_dot(self, title=None):
+        """GraphViz DOT text of the flow (see :mod:`myelin.flow.dot`)."""
+        from myelin.flow.dot import to_dot
+        return to_dot(self, title)
 
     @staticmethod
     def _unique(base, taken):

@@ -120,12 +120,3 @@ def test_text_dump():
     assert "var f/x : float32[1x4] input" in text
     assert "var f/W : float32[4x3] const" in text
     assert "op f/MatMul : MatMul {" in text and "func f {" in text
-
-
-def test_dot_dump():
-    flow = small_flow()
-    dot = flow.to_dot("f")
-    assert dot.startswith('digraph "f"') and dot.rstrip().endswith("}")
-    assert '"f/x" -> "f/MatMul"' in dot
-    assert '"f/MatMul" -> "f/Relu" [label="float32[1x3]"]' in dot
-    assert '"f/W" [shape=box' in dot            # constants are drawn as boxes

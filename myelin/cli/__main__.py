@@ -1,0 +1,7 @@
+"""``python -m myelin.cli``: the ``myelin`` command."""
+
+import sys
+
+from myelin.cli import main
+
+sys.exit(main())
