@@ -25,7 +25,7 @@ from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
-from myelin.ops import registry
+from myelin.ops import control, registry
 from myelin.plan import memory
 from myelin.plan.cell import CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Step, TensorSpec
 from myelin.runtime.memory import aligned_zeros
@@ -156,6 +156,11 @@ class Compiler:
         optimized flow, [(function name, steps, tensors, sizes)], its globals by name)."""
         self.progress("optimize", 0, 0)
         start = time.perf_counter()
+        calls = [op.name for op in flow.ops.values() if control.is_control(op)]
+        if calls:
+            raise CompileError(f"the flow has control flow ({', '.join(calls[:3])}"
+                               f"{', ...' if len(calls) > 3 else ''}): compile it with "
+                               f"myelin.control.compile, which runs it on the VM")
         flow.infer_inputs_and_outputs()
         flow.verify()
         flow = flow.copy()

@@ -15,7 +15,8 @@ keep their declared types. Every value is a private copy, so ops never see alias
 The interpreter does not change the flow: the function's inputs are the variables its ops read
 that no op of the function produces and that are not constants or learnable; its default
 outputs are the variables :meth:`Flow.infer_inputs_and_outputs` would mark OUT (computed here
-without setting flags). Learnable variables live in the :class:`Interpreter`'s ``state``
+without setting flags). ``Call`` and ``If`` ops (:mod:`myelin.ops.control`) run their function
+or branch with this interpreter, recursively. Learnable variables live in the :class:`Interpreter`'s ``state``
 (initialized from their data, else zeros) and keep their values across runs, so ``Assign``
 to a learnable variable is seen by later runs. Values are freed after their last use.
 """
@@ -25,7 +26,7 @@ import numpy as np
 from myelin.errors import FlowError, InputError, ShapeError
 from myelin.flow import dtypes
 from myelin.flow.graph import Function, Variable
-from myelin.ops import registry
+from myelin.ops import control, registry
 from myelin.ops.common import shape_fits
 
 PRECISIONS = ("float64", "native")
@@ -85,10 +86,12 @@ class Interpreter:
         wanted = (self._outputs(order) if outputs is None
                   else [self._variable(key) for key in outputs])
         accepted = _inputs(order)
+        if func.params is not None:       # a signature: its parameters are inputs, read or not
+            accepted.update((id(v), v) for v in func.params)
         order = _needed(order, wanted)
         produced = {id(v) for op in order for v in op.outputs}
         for var in wanted:
-            if id(var) not in produced and id(var) not in accepted:
+            if id(var) not in produced and id(var) not in accepted and not var.is_global:
                 raise InputError(f"variable {var.name} is not computed by function {func.name}")
         read = _inputs(order)
         read.update((id(v), v) for v in wanted if id(v) not in produced)
@@ -201,10 +204,25 @@ class Interpreter:
             return array.astype(dtypes.to_numpy(var.dtype))
         return array.copy() if var.learnable else array
 
+    def _control(self, op, arguments):
+        """The results of a Call or If op: its function (or the branch its condition picks)
+        run on the arguments by this interpreter."""
+        if op.type == "Call":
+            func = control.signature(op, "function")
+        else:
+            taken = bool(np.asarray(arguments[0]).reshape(-1)[0])
+            func = control.signature(op, "then_branch" if taken else "else_branch")
+            arguments = arguments[1:]
+        values = self.run(func, dict(zip(func.params, arguments)), func.results)
+        return [values[var.name] for var in func.results]
+
     def _execute(self, op, env):
-        opdef = registry.lookup(op.type)
-        with np.errstate(all="ignore"):
-            results = opdef.reference(op, [env[id(v)] for v in op.inputs])
+        arguments = [env[id(v)] for v in op.inputs]
+        if control.is_control(op):
+            results = self._control(op, arguments)
+        else:
+            with np.errstate(all="ignore"):
+                results = registry.lookup(op.type).reference(op, arguments)
         if len(results) != len(op.outputs):
             raise ShapeError(f"op {op.name} ({op.type}): reference gave {len(results)} values "
                              f"for {len(op.outputs)} outputs")

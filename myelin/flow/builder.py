@@ -33,6 +33,7 @@ import numpy as np
 from myelin import ops
 from myelin.flow import dtypes
 from myelin.flow.dtypes import DT_BOOL, DT_FLOAT, DT_FLOAT32, DT_INT32
+from myelin.flow.control import ControlFlow
 from myelin.flow.graph import Function, Variable
 
 _LITERAL_DEFAULTS = {"b": DT_BOOL, "i": DT_INT32, "u": DT_INT32, "f": DT_FLOAT32}
@@ -68,8 +69,10 @@ def _atomic(method):
     return wrapper
 
 
-class Builder:
-    """Adds variables and operations to function ``func`` (a name or a Function) of ``flow``."""
+class Builder(ControlFlow):
+    """Adds variables and operations to function ``func`` (a name or a Function) of ``flow``;
+    control flow (functions with signatures, calls, branches, loops) comes from
+    :class:`~myelin.flow.control.ControlFlow`."""
 
     def __init__(self, flow, func):
         self.flow = flow

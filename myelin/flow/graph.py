@@ -184,13 +184,18 @@ class Operation:
 
 
 class Function:
-    """A named, ordered list of operations that compiles into one cell."""
+    """A named, ordered list of operations that compiles into one cell; with a signature
+    (``params``, ``results``), a function that control-flow ops call."""
 
     def __init__(self, flow, name):
         self.flow = flow
         self.name = name
         self.ops = []
         self.flags = FuncFlags.NONE
+        # The signature of a function that Call and If ops run (see myelin.control): its
+        # parameters and results, in order; None for a function compiled as a cell alone.
+        self.params = None
+        self.results = None
 
     training = _flag_property(FuncFlags.TRAINING, "Only needed for training.")
     backprop = _flag_property(FuncFlags.BACKPROP, "Build the gradient function when compiling.")
@@ -359,6 +364,9 @@ class Flow:
             self.funcs[name] = Function(self, name)
         return self.funcs[name]
 
+    def unique_func_name(self, base):
+        return self._unique(base, lambda n: n in self.funcs)
+
     def cnx(self, name, links=()):
         if name in self.cnxs:
             raise FlowError(f"connector {name} already exists")
@@ -467,7 +475,11 @@ class Flow:
                             [vars_[id(v)] for v in op.outputs], op.attrs)
             copy.flags = op.flags
         for fname, func in self.funcs.items():   # keep each function's op order
-            other.funcs[fname].ops = [other.ops[op.name] for op in func.ops]
+            copy = other.funcs[fname]
+            copy.ops = [other.ops[op.name] for op in func.ops]
+            if func.results is not None:
+                copy.params = [vars_[id(v)] for v in func.params]
+                copy.results = [vars_[id(v)] for v in func.results]
         for name, cnx in self.cnxs.items():
             other.cnx(name, [vars_[id(v)] for v in cnx.links]).flags = cnx.flags
         for name, blob in self.blobs.items():

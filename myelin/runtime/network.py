@@ -316,6 +316,11 @@ class Instance:
             return int(key)
         return self.cell.index(key)
 
+    def array(self, key):
+        """The NumPy view of a tensor of this instance (no copy), by Variable, name, alias or
+        index."""
+        return self._view(self._resolve(key))
+
     def tensor(self, key):
         """A Tensor view of a tensor of this instance, by Variable, name, alias or index."""
         index = self._resolve(key)

@@ -1,0 +1,161 @@
+"""Lowering a function with control flow into VM instructions: the steps "wrap constants",
+"split" and "compile to instructions" of the pipeline (see :mod:`myelin.control`).
+
+A function's values live in the registers of its frame: its parameters first, then every
+value it makes, each in a register of its own. The function's ops are cut, in topological
+order, into linear segments (runs of tensor ops) and control nodes (``Call`` and ``If`` ops).
+A segment becomes one ``external`` instruction (its ops are compiled into one cell later),
+a ``Call`` a ``call`` of the function, an ``If`` the closures of its two branches
+(``partial``), a ``switch`` on its condition between them and a ``call`` of the one chosen. A
+constant that a control node reads or that the function returns is wrapped as a ``push`` of
+its value; constants that segments read go into their cells. The function ends with a
+``return`` of its results; ``pad_stack`` at its start sizes its frame.
+
+Instructions name functions (graphs) by name here; :mod:`myelin.control.link` resolves them.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from myelin.errors import FlowError
+from myelin.flow import dtypes
+from myelin.ops.control import is_control
+
+
+@dataclasses.dataclass
+class Segment:
+    """A linear segment: tensor ops of one function, compiled into one cell. ``inputs`` and
+    ``outputs`` are the variables it reads from and gives to the rest of the function."""
+    name: str
+    ops: list
+    inputs: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Instr:
+    """One instruction: ``op`` and its operands (registers are frame indices)."""
+    op: str
+    args: tuple
+
+    def __repr__(self):
+        return f"{self.op} " + ", ".join(map(_operand_text, self.args))
+
+
+def _operand_text(value):
+    if isinstance(value, Segment):
+        return f"<{value.name}: {len(value.ops)} ops>"
+    if isinstance(value, np.ndarray):
+        return f"const{list(value.shape)}"
+    return repr(value)
+
+
+class FunctionCode:
+    """The instructions of one function, and the registers of its values."""
+
+    def __init__(self, func, segment_names):
+        if func.results is None:
+            raise FlowError(f"function {func.name} has no signature (param()s and ret())")
+        self.func = func
+        self.instrs = []
+        self.registers = {}            # id of a variable -> register
+        self._segment_names = segment_names
+        for param in func.params:
+            self.registers.setdefault(id(param), len(self.registers))
+        self.size = len(self.registers)
+
+    def register(self, var):
+        """The register holding ``var``, wrapping a constant (``push``) on first use."""
+        register = self.registers.get(id(var))
+        if register is None:
+            if var.data is None:
+                raise FlowError(f"function {self.func.name} reads {var.name}, which nothing "
+                                f"gives it (not a parameter, constant or earlier value)")
+            register = self._new(var)
+            array = np.asarray(var.data, dtypes.to_numpy(var.dtype)).reshape(var.shape)
+            self.instrs.append(Instr("push", (register, array)))
+        return register
+
+    def _new(self, var):
+        self.registers[id(var)] = self.size
+        self.size += 1
+        return self.size - 1
+
+    def lower(self, flow):
+        """Emit the function's instructions."""
+        for item in split(flow, self.func):
+            if isinstance(item, Segment):
+                self._external(item)
+            elif item.type == "Call":
+                self._call(item.attrs["function"], item.inputs, item.outputs)
+            else:
+                self._if(item)
+        self.instrs.append(Instr("return", (tuple(self.register(v) for v in self.func.results),)))
+        self.instrs.insert(0, Instr("pad_stack", (self.size,)))
+        return self
+
+    def _external(self, segment):
+        segment.name = next(self._segment_names)
+        produced = {id(v) for op in segment.ops for v in op.outputs}
+        reads = {}
+        for op in segment.ops:
+            for var in op.inputs:
+                if id(var) not in produced and not var.is_global:
+                    reads.setdefault(id(var), var)
+        segment.inputs = list(reads.values())
+        inputs = tuple(self.register(v) for v in segment.inputs)
+        segment.outputs = [v for op in segment.ops for v in op.outputs if _used_later(v, segment)]
+        outputs = tuple(self._new(v) for v in segment.outputs)
+        self.instrs.append(Instr("external", (segment, inputs, outputs)))
+
+    def _call(self, callee, args, outputs):
+        target = self._new_register()
+        self.instrs.append(Instr("push_graph", (target, callee)))
+        arguments = tuple(self.register(v) for v in args)
+        results = tuple(self._new(v) for v in outputs)
+        self.instrs.append(Instr("call", (results, target, arguments)))
+
+    def _if(self, op):
+        condition = self.register(op.inputs[0])
+        captured = tuple(self.register(v) for v in op.inputs[1:])
+        closures = []
+        for attribute in ("then_branch", "else_branch"):
+            graph = self._new_register()
+            self.instrs.append(Instr("push_graph", (graph, op.attrs[attribute])))
+            closure = self._new_register()
+            self.instrs.append(Instr("partial", (closure, graph, captured)))
+            closures.append(closure)
+        chosen = self._new_register()
+        self.instrs.append(Instr("switch", (chosen, condition, *closures)))
+        results = tuple(self._new(v) for v in op.outputs)
+        self.instrs.append(Instr("call", (results, chosen, ())))
+
+    def _new_register(self):
+        self.size += 1
+        return self.size - 1
+
+
+def _used_later(var, segment):
+    """True if ``var`` is read outside ``segment`` or is a result of its function."""
+    members = set(map(id, segment.ops))
+    func = segment.ops[0].func
+    return (any(id(c) not in members for c in var.consumers)
+            or any(var is r for r in func.results))
+
+
+def split(flow, func):
+    """The ops of ``func`` in topological order, runs of tensor ops gathered into Segments
+    and control ops (Call, If) between them."""
+    items, run = [], []
+    for op in flow.order(func):
+        if is_control(op):
+            if run:
+                items.append(Segment("", run))
+                run = []
+            items.append(op)
+        else:
+            run.append(op)
+    if run:
+        items.append(Segment("", run))
+    return items

@@ -1,0 +1,160 @@
+"""The compile pipeline for flows with control flow, and the Program it exports.
+
+:func:`compile` runs the steps of the pipeline in order, each a function of its own:
+
+1. ``lower`` (:mod:`myelin.control.lower`): wrap constants, split each function with a
+   signature into linear segments and control nodes, and compile it to instructions;
+2. ``optimize`` (:mod:`myelin.control.peephole`): direct calls, tail calls, merged externals,
+   dead pushes;
+3. ``compile_segments``: every segment of every function becomes a function of one new flow,
+   compiled by :class:`myelin.Compiler` into one network of cells (one LLVM module);
+4. ``link`` (:mod:`myelin.control.link`): one list of VM code;
+5. export: a :class:`Program`, which runs a function on the VM (:mod:`myelin.control.vm`).
+"""
+
+import itertools
+import threading
+
+import numpy as np
+
+from myelin.control import peephole
+from myelin.control.link import link
+from myelin.control.lower import FunctionCode
+from myelin.control.vm import External, run
+from myelin.errors import FlowError, InputError
+from myelin.flow import dtypes
+from myelin.flow.graph import Flow
+
+REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
+
+
+def compile(flow, optimize=True, **compiler_options):
+    """Compile every function of ``flow`` that has a signature; returns a :class:`Program`.
+    ``optimize`` runs the peephole step; ``compiler_options`` go to :class:`myelin.Compiler`
+    for the cells."""
+    functions = [func for func in flow.funcs.values() if func.results is not None]
+    if not functions:
+        raise FlowError("the flow has no function with a signature (param()s and ret())")
+    for func in functions:
+        for var in func.params + func.results:
+            if not var.shape_defined:
+                raise FlowError(f"function {func.name}: {var.name} has dynamic shape "
+                                f"{list(var.shape)}; the VM needs static shapes")
+    names = (f"segment{i}" for i in itertools.count())
+    codes = {func.name: FunctionCode(func, names).lower(flow).instrs for func in functions}
+    if optimize:
+        codes = {name: peephole.optimize(instrs) for name, instrs in codes.items()}
+    externals = [i.args for instrs in codes.values() for i in instrs if i.op == "external"]
+    network = compile_segments([segment for segment, _, _ in externals], compiler_options)
+    code, entries = link(codes, {s.name: index for index, (s, _, _) in enumerate(externals)})
+    return Program(flow, codes, code, entries, network, externals)
+
+
+def compile_segments(segments, compiler_options):
+    """One network with a cell per segment, named after it. A segment's large inputs are
+    reference inputs (bound to the VM's arrays without a copy), small ones are copied in; its
+    variables are named ``<segment>/<variable>``, its constants keep their names (shared by
+    the cells)."""
+    from myelin.compiler import Compiler
+
+    flow = Flow()
+    for segment in segments:
+        func = flow.func(segment.name)
+        local = {}
+
+        def copy(var):
+            if id(var) not in local:
+                name = var.name if var.is_global else f"{segment.name}/{var.name}"
+                made = flow.vars.get(name)
+                if made is None:
+                    made = flow.var(name, var.dtype, var.shape)
+                    made.data, made.flags = var.data, var.flags if var.is_global else 0
+                local[id(var)] = made
+            return local[id(var)]
+
+        for var in segment.inputs:
+            copy(var).is_input = True
+            copy(var).ref = _by_reference(var)
+        for op in segment.ops:
+            flow.op(f"{segment.name}/{op.name}", op.type, func, [copy(v) for v in op.inputs],
+                    [copy(v) for v in op.outputs], op.attrs)
+        for var in segment.outputs:
+            copy(var).is_output = True
+    return Compiler(**compiler_options).compile(flow) if segments else None
+
+
+class Program:
+    """Compiled functions of a flow with control flow: ``program.run(name, *args)`` (or
+    ``program.function(name)(*args)``) computes a function's results. Programs may run on
+    several threads at once: each thread has its own cell instances."""
+
+    def __init__(self, flow, codes, code, entries, network, externals):
+        self.flow = flow
+        self.codes = codes              # function name -> instructions (before linking)
+        self.code = code
+        self.entries = entries
+        self.network = network
+        self.externals = externals      # (segment, input registers, output registers)
+        self._local = threading.local()
+
+    def run(self, function, *args):
+        """The results of ``function`` (a name) on ``args``: one array, or a tuple."""
+        func = self.flow.funcs.get(function)
+        if func is None or function not in self.entries:
+            raise InputError(f"the program has no function {function!r}; it has "
+                             f"{', '.join(self.entries)}")
+        if len(args) != len(func.params):
+            raise InputError(f"function {function} takes {len(func.params)} arguments "
+                             f"({', '.join(p.name for p in func.params)}), got {len(args)}")
+        values = [_argument(param, value) for param, value in zip(func.params, args)]
+        results = run(self.code, self._externals(), self.entries[function], values)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def function(self, name):
+        """A Python callable running function ``name``."""
+        if name not in self.entries:
+            raise InputError(f"the program has no function {name!r}")
+        return lambda *args: self.run(name, *args)
+
+    def listing(self):
+        """The instructions of every function, as text (before linking)."""
+        lines = []
+        for name, instrs in self.codes.items():
+            lines.append(f"{name}:")
+            lines.extend(f"  {position:4}  {instr!r}" for position, instr in enumerate(instrs))
+        return "\n".join(lines)
+
+    def _externals(self):
+        externals = getattr(self._local, "externals", None)
+        if externals is None:
+            externals = [_external(self.network, *args) for args in self.externals]
+            self._local.externals = externals
+        return externals
+
+
+def _external(network, segment, inputs, outputs):
+    """The External running ``segment`` with its registers."""
+    def named(var):
+        return f"{segment.name}/{var.name}"
+
+    return External(network.cell(segment.name), list(zip(map(named, segment.inputs), inputs)),
+                    list(zip(map(named, segment.outputs), outputs)),
+                    {named(v) for v in segment.inputs if _by_reference(v)})
+
+
+def _by_reference(var):
+    """True for inputs bound in place rather than copied into their cell's instance."""
+    return var.elements * dtypes.itemsize(var.dtype) >= REFERENCE_BYTES
+
+
+def _argument(param, value):
+    """``value`` as an array of ``param``'s type and shape (InputError if it cannot be)."""
+    array = np.asarray(value)
+    target = dtypes.to_numpy(param.dtype)
+    if array.size != int(np.prod(param.shape, dtype=np.int64)):
+        raise InputError(f"argument {param.name} has shape {list(array.shape)}, expected "
+                         f"{list(param.shape)}")
+    if not np.can_cast(array.dtype, target, "same_kind"):
+        raise InputError(f"argument {param.name} has type {array.dtype}, expected "
+                         f"{param.dtype}")
+    return np.ascontiguousarray(array, target).reshape(param.shape)

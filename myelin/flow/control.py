@@ -1,0 +1,168 @@
+"""Control flow in the Builder: functions with signatures, calls, branches and loops.
+
+A function becomes callable when it has a signature: ``param`` adds its parameters in order,
+``ret`` sets its results (``returns`` declares their types first, which a function that calls
+itself needs: calls read the types of the declared results). Then:
+
+- ``call(function, *args)`` runs it (an op ``Call``);
+- ``if_else(condition, then_fn, else_fn)`` runs one of two branches, each built by a Python
+  function into a function of its own (an op ``If``). A branch may read any variable of the
+  functions around it: those are its free variables, passed to it by the ``If`` op (a closure);
+- ``while_loop(cond_fn, body_fn, state)`` repeats ``body_fn`` while ``cond_fn`` holds. It is
+  lowered to a tail-recursive function: ``loop(state) = if cond(state) then loop(body(state))
+  else state``, whose free variables become trailing parameters passed along each call.
+
+The ops are defined in :mod:`myelin.ops.control`; :mod:`myelin.control` compiles and runs such
+flows, and :mod:`myelin.reference` interprets them.
+"""
+
+import contextlib
+
+from myelin.errors import FlowError, ShapeError
+from myelin.flow.graph import Function, Variable
+
+
+def free_variables(functions, bound=()):
+    """The variables that the ops of ``functions`` read, or that they give as results, which
+    none of them produces: not constants or learnable globals, not in ``bound``; in first-use
+    order."""
+    produced = {id(v) for func in functions for op in func.ops for v in op.outputs}
+    produced.update(id(v) for v in bound)
+    found = {}
+    for func in functions:
+        used = [v for op in func.ops for v in op.inputs] + list(func.results or [])
+        for var in used:
+            if id(var) not in produced and not var.is_global:
+                found.setdefault(id(var), var)
+    return list(found.values())
+
+
+class ControlFlow:
+    """The control-flow methods of :class:`~myelin.flow.builder.Builder`."""
+
+    def param(self, name, dtype, shape=()):
+        """A new parameter ``<func>/<name>`` of the function, after those it has."""
+        var = self.var(name, dtype, shape)
+        if self.func.params is None:
+            self.func.params = []
+        self.func.params.append(var)
+        return var
+
+    def returns(self, *types):
+        """Declare the types of the function's results, ``(dtype, shape)`` each, before its
+        body is built: a function that calls itself needs them. ``ret`` must then give values
+        of these types."""
+        if self.func.results is not None:
+            raise FlowError(f"function {self.func.name} has its results already")
+        self.func.params = self.func.params or []
+        self.func.results = [self.flow.var(self.varname("result"), dtype, shape)
+                             for dtype, shape in types]     # placeholders until ret()
+
+    def ret(self, *values):
+        """Set the function's results to ``values`` (variables, or numbers made constants),
+        which must have the types ``returns`` declared, if it did."""
+        values = [self._value(v) for v in values]
+        self.func.params = self.func.params or []
+        declared = self.func.results
+        if declared is not None:
+            if _types(values) != _types(declared):
+                raise ShapeError(f"function {self.func.name} returns "
+                                 f"{[v.type_string() for v in values]} where it declared "
+                                 f"{[v.type_string() for v in declared]}")
+            for placeholder in declared:
+                if placeholder.producer is None and not placeholder.consumers \
+                        and all(placeholder is not v for v in values):
+                    self.flow.delete_var(placeholder)
+        self.func.results = values
+
+    def call(self, function, *args, name=None):
+        """The results of ``function`` (a name or Function with a signature) on ``args``: one
+        variable, or a list when it has several results."""
+        func = self._callable(function)
+        return self.op("Call", [self._value(a) for a in args], name, {"function": func.name})
+
+    def if_else(self, condition, then_fn, else_fn, name=None):
+        """``then_fn(b)`` if the scalar ``condition`` holds, else ``else_fn(b)``: each is
+        called once with a Builder ``b`` of a new branch function and returns its results (a
+        variable, a number, or a tuple or list of them). Returns the results of the branch
+        taken: one variable, or a list. ShapeError if the condition is not a scalar or the
+        branches give different types."""
+        with self._undone_on_error():
+            condition = self._value(condition)
+            if tuple(condition.shape) not in ((), (1,)):
+                raise ShapeError(f"if_else in {self.func.name}: the condition {condition.name} "
+                                 f"must be a scalar, not {condition.type_string()}")
+            branches = [self._branch("then", then_fn), self._branch("else", else_fn)]
+            captured = free_variables(branches)
+            for branch in branches:
+                branch.params = captured
+            return self.op("If", [condition] + captured, name,
+                           {"then_branch": branches[0].name, "else_branch": branches[1].name})
+
+    def while_loop(self, cond_fn, body_fn, state, name=None):
+        """Repeat ``state = body_fn(b, *state)`` while ``cond_fn(b, *state)`` (a scalar) holds;
+        returns the final state (a variable, or a list like ``state``). ``state`` is a variable
+        or a list of them; ``body_fn`` returns values of the same types."""
+        with self._undone_on_error():
+            single = isinstance(state, Variable)
+            state = self._values(state)
+            loop = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/while"))
+            body = type(self)(self.flow, loop)
+            params = [body.param(f"state{i}", v.dtype, v.shape) for i, v in enumerate(state)]
+            condition = cond_fn(body, *params)
+
+            def repeat(branch):
+                new = branch._values(body_fn(branch, *params))
+                if _types(new) != _types(params):
+                    raise ShapeError(f"while_loop in {self.func.name}: the body gives "
+                                     f"{[v.type_string() for v in new]} for a state of "
+                                     f"{[p.type_string() for p in params]}")
+                # The loop's free variables become parameters after the state, passed along.
+                loop.params = params + free_variables([loop, branch.func], params)
+                loop.results = params        # their types, for the recursive call
+                return branch.call(loop, *new, *loop.params[len(params):])
+
+            loop.results = body._values(body.if_else(condition, repeat, lambda _: params))
+            result = self.call(loop, *state, *loop.params[len(params):], name=name)
+            return result if single or isinstance(result, list) else [result]
+
+    # Helpers.
+    def _value(self, value):
+        return value if isinstance(value, Variable) else self.const(value)
+
+    def _values(self, values):
+        values = values if isinstance(values, (list, tuple)) else [values]
+        return [self._value(v) for v in values]
+
+    def _callable(self, function):
+        func = function if isinstance(function, Function) else self.flow.funcs.get(function)
+        if func is None or func.results is None:
+            raise FlowError(f"{getattr(function, 'name', function)!r} is not a function with "
+                            f"a signature (give it param()s and ret() or returns())")
+        return func
+
+    def _branch(self, kind, build):
+        func = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/{kind}"))
+        branch = type(self)(self.flow, func)
+        func.results = branch._values(build(branch))
+        return func
+
+    @contextlib.contextmanager
+    def _undone_on_error(self):
+        """On an error, remove the functions, ops and variables added meanwhile."""
+        flow = self.flow
+        funcs, ops, vars_ = len(flow.funcs), len(flow.ops), len(flow.vars)
+        try:
+            yield
+        except Exception:
+            for op in reversed(list(flow.ops.values())[ops:]):
+                flow.delete_op(op)
+            for var in reversed(list(flow.vars.values())[vars_:]):
+                flow.delete_var(var)
+            for name in list(flow.funcs)[funcs:]:
+                del flow.funcs[name]
+            raise
+
+
+def _types(variables):
+    return [(v.dtype, tuple(v.shape)) for v in variables]

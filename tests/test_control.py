@@ -1,0 +1,266 @@
+"""Control flow: functions with signatures, calls, recursion, branches and loops built with the
+Builder, run by the reference interpreter and by the VM over compiled cells."""
+
+import math
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import myelin
+import myelin.control
+from jitcheck import relative_error
+from myelin import reference
+from myelin.errors import CompileError, FlowError, InputError, ShapeError
+
+
+def run_reference(flow, name, *args):
+    func = flow.funcs[name]
+    values = reference.run(flow, name, dict(zip(func.params, args)), func.results)
+    results = [values[v.name] for v in func.results]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def factorial_flow():
+    """fact(n, acc) = acc if n <= 1 else fact(n - 1, acc * n), acc a float32[3] tensor."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "fact")
+    n = f.param("n", "float32")
+    acc = f.param("acc", "float32", [3])
+    f.returns(("float32", [3]))
+    f.ret(f.if_else(f.less_equal(n, 1.0), lambda b: acc,
+                    lambda b: b.call("fact", b.sub(n, 1.0), b.mul(acc, n))))
+    return flow
+
+
+def fibonacci_flow():
+    """fib(n) = n if n < 2 else fib(n - 1) + fib(n - 2): tree recursion, not tail calls."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "fib")
+    n = f.param("n", "float32")
+    f.returns(("float32", []))
+    f.ret(f.if_else(f.less(n, 2.0), lambda b: n,
+                    lambda b: b.add(b.call("fib", b.sub(n, 1.0)), b.call("fib", b.sub(n, 2.0)))))
+    return flow
+
+
+def test_recursive_factorial_over_tensors():
+    flow = factorial_flow()
+    program = myelin.control.compile(flow)
+    acc = np.random.default_rng().standard_normal(3).astype(np.float32)
+    for n in (1, 2, 5, 10):
+        expected = acc.astype(np.float64) * math.factorial(n)
+        assert relative_error(program.run("fact", n, acc), expected) < 1e-6
+        assert relative_error(run_reference(flow, "fact", np.float32(n), acc), expected) < 1e-6
+    assert "tailbranch" in program.listing() and "tailcall_graph" in program.listing()
+
+
+def test_recursive_fibonacci():
+    flow = fibonacci_flow()
+    program = myelin.control.compile(flow)
+    fib = [0, 1]
+    while len(fib) < 16:
+        fib.append(fib[-1] + fib[-2])
+    for n in (0, 1, 7, 15):
+        assert program.run("fib", n) == fib[n]
+    assert run_reference(flow, "fib", np.float32(9)) == fib[9]
+
+
+def test_while_loop_until_a_data_dependent_condition():
+    """Add rows of x to a running sum until the sum's norm passes a limit; the number of rows
+    depends on the data."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "accumulate")
+    x = f.param("x", "float32", [50, 8])
+    limit = f.param("limit", "float32")
+
+    def body(b, t, total):
+        row = b.reshape(b.gather(x, b.reshape(t, [1])), [8])
+        return b.add(t, 1), b.add(total, row)
+
+    def cond(b, t, total):
+        return b.logical_and(b.less(t, 50), b.less(b.norm(total), limit))
+
+    t, total = f.while_loop(cond, body, [f.const(0, "int32"), f.const(np.zeros(8, np.float32))])
+    f.ret(t, total)
+    program = myelin.control.compile(flow)
+    rng = np.random.default_rng()
+    for _ in range(3):
+        xv = rng.random((50, 8), dtype=np.float32)
+        limit_value = np.float32(rng.uniform(2, 20))
+        steps, expected = 0, np.zeros(8)
+        while steps < 50 and np.linalg.norm(expected) < limit_value:
+            expected = expected + xv[steps]
+            steps += 1
+        got_t, got_total = program.run("accumulate", xv, limit_value)
+        assert got_t == steps and 0 < steps < 50
+        assert relative_error(got_total, expected) < 1e-6
+        ref_t, ref_total = run_reference(flow, "accumulate", xv, limit_value)
+        assert ref_t == steps and relative_error(ref_total, expected) < 1e-6
+
+
+def lstm_flow(steps, inputs, hidden, rng):
+    """An LSTM cell of plain ops (matmuls, sigmoid, tanh) run over a sequence by a loop."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "rnn")
+    xs = f.param("xs", "float32", [steps, 1, inputs])
+    weights = {name: rng.standard_normal(shape).astype(np.float32) * 0.3
+               for name, shape in (("W", (inputs, 4 * hidden)), ("U", (hidden, 4 * hidden)),
+                                   ("b", (4 * hidden,)))}
+    w, u, bias = (f.array(name, value) for name, value in weights.items())
+
+    def body(b, t, h, c):
+        x = b.reshape(b.gather(xs, b.reshape(t, [1])), [1, inputs])
+        gates = b.add(b.add(b.matmul(x, w), b.matmul(h, u)), bias)
+        i, fg, g, o = b.split(gates, 4, axis=1)
+        c_next = b.add(b.mul(b.sigmoid(fg), c), b.mul(b.sigmoid(i), b.tanh(g)))
+        return b.add(t, 1), b.mul(b.sigmoid(o), b.tanh(c_next)), c_next
+
+    zeros = np.zeros((1, hidden), np.float32)
+    _, h, c = f.while_loop(lambda b, t, h, c: b.less(t, steps), body,
+                           [f.const(0, "int32"), f.const(zeros), f.const(zeros)])
+    f.ret(h, c)
+    return flow, weights
+
+
+def numpy_lstm(xs, weights):
+    w, u, bias = (weights[k].astype(np.float64) for k in ("W", "U", "b"))
+    hidden = u.shape[0]
+    h = c = np.zeros((1, hidden))
+    sigmoid = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    for x in xs.astype(np.float64):
+        i, f, g, o = np.split(x @ w + h @ u + bias, 4, axis=1)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+    return h, c
+
+
+def test_lstm_over_a_thousand_steps():
+    rng = np.random.default_rng()
+    flow, weights = lstm_flow(1000, 16, 32, rng)
+    program = myelin.control.compile(flow)
+    xs = rng.standard_normal((1000, 1, 16)).astype(np.float32)
+    h, c = program.run("rnn", xs)
+    expected_h, expected_c = numpy_lstm(xs, weights)
+    assert relative_error(h, expected_h) < 1e-4 and relative_error(c, expected_c) < 1e-4
+
+
+def counting_flow():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "count")
+    n = f.param("n", "int32")
+    f.ret(f.while_loop(lambda b, i: b.less(i, n), lambda b, i: b.add(i, 1), f.const(0, "int32")))
+    return flow
+
+
+def resident_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_a_million_tail_calls_in_bounded_memory():
+    """The loop's memory, sampled while it runs, stays flat: a frame per iteration would
+    take over 100 MB."""
+    program = myelin.control.compile(counting_flow())
+    assert program.run("count", 10_000) == 10_000
+    before, peak, done = resident_bytes(), [0], threading.Event()
+
+    def sample():
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], resident_bytes())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        assert program.run("count", 1_000_000) == 1_000_000
+    finally:
+        done.set()
+        sampler.join()
+    assert peak[0] - before < 16 << 20, (before, peak[0])
+
+
+def test_nested_ifs_inside_a_loop():
+    """Over i in [0, n): add 3 when i % 3 == 0, else subtract 1 when i is even, else add i."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "nested")
+    n = f.param("n", "int32")
+
+    def body(b, i, total):
+        def by_three(t):
+            return t.add(total, 3)
+
+        def others(t):
+            return t.if_else(t.equal(t.op("Mod", [i, 2]), 0), lambda e: e.sub(total, 1),
+                             lambda o: o.add(total, i))
+        return b.add(i, 1), b.if_else(b.equal(b.op("Mod", [i, 3]), 0), by_three, others)
+
+    _, total = f.while_loop(lambda b, i, total: b.less(i, n), body,
+                            [f.const(0, "int32"), f.const(0, "int32")])
+    f.ret(total)
+    program = myelin.control.compile(flow)
+    for count in (0, 1, 10, 37):
+        expected = sum(3 if i % 3 == 0 else -1 if i % 2 == 0 else i for i in range(count))
+        assert program.run("nested", count) == expected
+        assert run_reference(flow, "nested", np.int32(count)) == expected
+
+
+def test_unoptimized_program_computes_the_same():
+    program = myelin.control.compile(fibonacci_flow(), optimize=False)
+    assert program.run("fib", 10) == 55
+    assert "tailcall" not in program.listing() and "switch" in program.listing()
+
+
+def test_programs_run_on_threads():
+    program = myelin.control.compile(factorial_flow())
+    acc = np.ones(3, np.float32)
+    results, errors = {}, []
+
+    def work(n):
+        try:
+            for _ in range(20):
+                results[n] = program.run("fact", n, acc)
+        except Exception as error:          # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (3, 4, 5, 6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for n, value in results.items():
+        np.testing.assert_array_equal(value, np.full(3, math.factorial(n), np.float32))
+
+
+def test_errors_are_clear():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.param("x", "float32", [4])
+    with pytest.raises(ShapeError, match="condition .* must be a scalar"):
+        f.if_else(f.less(x, 0.0), lambda b: x, lambda b: b.neg(x))
+    with pytest.raises(ShapeError, match="branches give different types"):
+        f.if_else(f.less(f.sum(x), 0.0), lambda b: x, lambda b: b.sum(x))
+    with pytest.raises(ShapeError, match="the body gives"):
+        f.while_loop(lambda b, v: b.less(b.sum(v), 1.0), lambda b, v: b.sum(v), x)
+    # Failed builds leave nothing behind: no functions, only the conditions built before.
+    assert list(flow.funcs) == ["f"]
+    assert sorted(op.type for op in flow.ops.values()) == ["Less", "Less", "Sum"]
+    g = myelin.Builder(flow, "g")
+    y = g.param("y", "int32")
+    g.ret(y)
+    with pytest.raises(ShapeError, match="argument .* is float32\\[4\\], parameter g/y"):
+        f.call("g", x)
+    with pytest.raises(FlowError, match="not a function with a signature"):
+        f.call("h", x)
+    f.ret(f.call("g", 3))
+    with pytest.raises(CompileError, match="myelin.control.compile"):
+        myelin.Compiler().compile(flow)
+    program = myelin.control.compile(flow)
+    with pytest.raises(InputError, match="takes 1 arguments"):
+        program.run("f")
+    with pytest.raises(InputError, match="argument f/x has shape \\[5\\]"):
+        program.run("f", np.zeros(5))
+    with pytest.raises(InputError, match="no function 'nope'"):
+        program.run("nope")
