@@ -264,3 +264,29 @@ def test_errors_are_clear():
         program.run("f", np.zeros(5))
     with pytest.raises(InputError, match="no function 'nope'"):
         program.run("nope")
+
+
+def test_signatures_survive_flow_files(tmp_path):
+    flow = fibonacci_flow()
+    path = tmp_path / "fib.flow"
+    flow.save(str(path))
+    loaded = myelin.Flow.load(str(path))
+    assert [v.name for v in loaded.funcs["fib"].params] == ["fib/n"]
+    assert not loaded.blobs and loaded.to_bytes() == flow.to_bytes()
+    assert "func fib (fib/n) -> (fib/If:0) {" in str(loaded)
+    assert myelin.control.compile(loaded).run("fib", 12) == 144
+    with pytest.raises(FlowError, match="version 3 cannot hold the signatures"):
+        flow.to_bytes(version=3)
+    damaged = flow.to_bytes().replace(b'"results": ["fib/If:0"]', b'"results": ["fib/If:9"]')
+    with pytest.raises(myelin.FlowFormatError, match="not a signature of variables"):
+        myelin.Flow.from_bytes(damaged)
+
+
+def test_a_function_without_results_is_reported():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    f.param("x", "float32")
+    with pytest.raises(FlowError, match="half a signature"):
+        flow.verify()
+    with pytest.raises(FlowError, match="no function with a signature"):
+        myelin.control.compile(flow)

@@ -9,8 +9,10 @@ itself needs: calls read the types of the declared results). Then:
   function into a function of its own (an op ``If``). A branch may read any variable of the
   functions around it: those are its free variables, passed to it by the ``If`` op (a closure);
 - ``while_loop(cond_fn, body_fn, state)`` repeats ``body_fn`` while ``cond_fn`` holds. It is
-  lowered to a tail-recursive function: ``loop(state) = if cond(state) then loop(body(state))
-  else state``, whose free variables become trailing parameters passed along each call.
+  lowered to a tail-recursive function, rotated so that the body and the next test are one
+  straight-line piece (one cell per iteration): ``loop(s) = (s' = body(s); if cond(s') then
+  loop(s') else s')``, called as ``if cond(state) then loop(state) else state``. The loop's
+  free variables become trailing parameters passed along each call.
 
 The ops are defined in :mod:`myelin.ops.control`; :mod:`myelin.control` compiles and runs such
 flows, and :mod:`myelin.reference` interprets them.
@@ -109,21 +111,21 @@ class ControlFlow:
             loop = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/while"))
             body = type(self)(self.flow, loop)
             params = [body.param(f"state{i}", v.dtype, v.shape) for i, v in enumerate(state)]
-            condition = cond_fn(body, *params)
-
-            def repeat(branch):
-                new = branch._values(body_fn(branch, *params))
-                if _types(new) != _types(params):
-                    raise ShapeError(f"while_loop in {self.func.name}: the body gives "
-                                     f"{[v.type_string() for v in new]} for a state of "
-                                     f"{[p.type_string() for p in params]}")
-                # The loop's free variables become parameters after the state, passed along.
-                loop.params = params + free_variables([loop, branch.func], params)
-                loop.results = params        # their types, for the recursive call
-                return branch.call(loop, *new, *loop.params[len(params):])
-
-            loop.results = body._values(body.if_else(condition, repeat, lambda _: params))
-            result = self.call(loop, *state, *loop.params[len(params):], name=name)
+            new = body._values(body_fn(body, *params))
+            if _types(new) != _types(params):
+                raise ShapeError(f"while_loop in {self.func.name}: the body gives "
+                                 f"{[v.type_string() for v in new]} for a state of "
+                                 f"{[p.type_string() for p in params]}")
+            again = cond_fn(body, *new)
+            # The loop's free variables become parameters after the state, passed along.
+            free = free_variables([loop], params)
+            loop.params = params + free
+            loop.results = params            # their types, for the recursive call
+            loop.results = body._values(body.if_else(
+                again, lambda branch: branch.call(loop, *new, *free), lambda _: new))
+            result = self.if_else(cond_fn(self, *state),
+                                  lambda branch: branch.call(loop, *state, *free),
+                                  lambda _: state, name=name)
             return result if single or isinstance(result, list) else [result]
 
     # Helpers.

@@ -46,7 +46,11 @@ def to_text(flow):
         lines.append("")
     for func in flow.funcs.values():
         words = [w for w in ("training", "backprop") if getattr(func, w)]
-        lines.append(" ".join(words + [f"func {func.name} {{"]))
+        signature = ""
+        if func.results is not None:
+            signature = (f"({', '.join(v.name for v in func.params)}) -> "
+                         f"({', '.join(v.name for v in func.results)}) ")
+        lines.append(" ".join(words + [f"func {func.name} {signature}{{"]))
         for op in func.ops:
             lines.append(f"  {op.name} : {op.type}")
         lines.append("}")

@@ -19,6 +19,12 @@ What each version holds, and so what writing an older version drops:
   The reader accepts the prefix in every version; the writer uses it only below v5.
 * v<4 has no blobs: writing a flow with blobs as v3 raises :class:`FlowError`.
 
+The signature of a function that control-flow ops call (``Function.params`` and ``results``,
+which SLING's format has no field for) is stored as a blob of type ``myelin.signature`` named
+``myelin.signature:<function>``, whose data is JSON ``{"params": [names], "results": [names]}``;
+the reader turns it back into the signature (it does not become a blob of the flow). So a flow
+with signatures needs version 4 or later.
+
 Reading follows SLING: every object is created through the :class:`~myelin.flow.graph.Flow`
 API, names of inputs, outputs and connector links are looked up by variable name or alias, and
 the first output of each op gets the op's name as an alias unless that name already names a
@@ -35,6 +41,7 @@ of the fault, and nothing is allocated beyond what the file's size accounts for.
 """
 
 import hashlib
+import json
 import math
 import os
 import secrets
@@ -50,6 +57,7 @@ from myelin.flow.graph import Flow, FuncFlags, OpFlags, VarFlags
 MAGIC = 0x776F6C66
 VERSIONS = range(3, 7)
 DEFAULT_VERSION = 6
+SIGNATURE = "myelin.signature"
 
 _INT32 = struct.Struct("<i")
 _UINT32 = struct.Struct("<I")
@@ -425,6 +433,9 @@ class _Reader:
         name = self.string("blob name")
         owner = f"blob {name!r}"
         blob_type = self.string(f"type of {owner}")
+        if blob_type == SIGNATURE:
+            self.signature(name, owner, start)
+            return
         try:
             blob = self.flow.blob(name, blob_type)
         except FlowError as e:
@@ -433,6 +444,24 @@ class _Reader:
         self.attrs(blob.attrs, owner)
         offset, nbytes = self.blob_bytes(f"data of {owner}")
         blob.data = self.data[offset:offset + nbytes]
+
+
+    def signature(self, name, owner, start):
+        """Read a signature blob into its function's params and results."""
+        self.attrs({}, owner)
+        offset, nbytes = self.blob_bytes(f"data of {owner}")
+        func = self.flow.funcs.get(name.removeprefix(SIGNATURE + ":"))
+        try:
+            listed = json.loads(bytes(self.data[offset:offset + nbytes]))
+            params = [self.flow.vars[n] for n in listed["params"]]
+            results = [self.flow.vars[n] for n in listed["results"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise FlowFormatError(f"{owner} is not a signature of variables of this flow: "
+                                  f"{e}", start) from None
+        if func is None or func.results is not None:
+            raise FlowFormatError(f"{owner} is not the only signature of a function of the "
+                                  f"flow", start)
+        func.params, func.results = params, results
 
 
 class _Writer:
@@ -467,10 +496,16 @@ class _Writer:
         self.count(flow.cnxs, "connectors")
         for cnx in flow.cnxs.values():
             self.connector(cnx)
+        signed = [func for func in flow.funcs.values() if func.results is not None]
+        if self.version < 4 and signed:
+            raise FlowError(f"flow file version {self.version} cannot hold the signatures of "
+                            f"{', '.join(f.name for f in signed)}; use version 4 or later")
         if self.version >= 4:
-            self.count(flow.blobs, "blobs")
+            self.count(list(flow.blobs) + signed, "blobs")
             for blob in flow.blobs.values():
                 self.blob(blob)
+            for func in signed:
+                self.signature(func)
         self._pieces.append(self._buffer)
         return self._pieces
 
@@ -608,6 +643,19 @@ class _Writer:
             self.member(var, self.flow.vars, f"link of {owner}")
         if len(set(map(id, cnx.links))) != len(cnx.links):
             raise FlowError(f"{owner} links a variable twice")
+
+    def signature(self, func):
+        owner = f"signature of function {func.name!r}"
+        for var in func.params + func.results:
+            if self.flow.vars.get(var.name) is not var:
+                raise FlowError(f"the {owner} names {var.name!r}, not a variable of this flow")
+        self.flags(0, owner)
+        self.string(f"{SIGNATURE}:{func.name}", f"name of the {owner}")
+        self.string(SIGNATURE, f"type of the {owner}")
+        self.attrs({}, owner)
+        listed = {"params": [v.name for v in func.params],
+                  "results": [v.name for v in func.results]}
+        self.data(memoryview(json.dumps(listed).encode()))
 
     def blob(self, blob):
         owner = f"blob {blob.name!r}"

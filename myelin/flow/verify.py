@@ -68,6 +68,12 @@ def problems(flow):
             flow.order(func)
         except FlowError as error:
             found.append(str(error))
+        if (func.params is None) != (func.results is None):
+            found.append(f"function {fname} has half a signature (params or results only)")
+        for var in (func.params or []) + (func.results or []):
+            if id(var) not in var_ids:
+                found.append(f"the signature of function {fname} names {var.name}, which is "
+                             f"not in the flow")
 
     for cname, cnx in flow.cnxs.items():
         for var in cnx.links:
