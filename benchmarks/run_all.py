@@ -5,6 +5,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import compile_cache  # noqa: E402
+import control_flow  # noqa: E402
 import fusion  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
@@ -18,6 +20,8 @@ def main():
     fusion.main()
     workloads.main()
     tuning.main()
+    compile_cache.main(warm_runs=5)
+    control_flow.main()
 
 
 if __name__ == "__main__":
