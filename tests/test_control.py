@@ -290,3 +290,17 @@ def test_a_function_without_results_is_reported():
         flow.verify()
     with pytest.raises(FlowError, match="no function with a signature"):
         myelin.control.compile(flow)
+
+
+def test_a_loop_may_give_back_an_outer_value_unchanged():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.param("x", "float32", [2])
+    y = f.param("y", "float32", [2])
+    i, v = f.while_loop(lambda b, i, v: b.less(i, 3), lambda b, i, v: [b.add(i, 1), y],
+                        [f.const(0, "int32"), x])
+    f.ret(v)
+    program = myelin.control.compile(flow)
+    xv, yv = np.ones(2, np.float32), np.full(2, 7, np.float32)
+    np.testing.assert_array_equal(program.run("f", xv, yv), yv)
+    np.testing.assert_array_equal(run_reference(flow, "f", xv, yv), yv)

@@ -77,8 +77,10 @@ class FunctionCode:
             self.instrs.append(Instr("push", (register, array)))
         return register
 
-    def _new(self, var):
-        self.registers[id(var)] = self.size
+    def _new(self, var=None):
+        """A new register (for ``var``, when it holds a variable)."""
+        if var is not None:
+            self.registers[id(var)] = self.size
         self.size += 1
         return self.size - 1
 
@@ -110,7 +112,7 @@ class FunctionCode:
         self.instrs.append(Instr("external", (segment, inputs, outputs)))
 
     def _call(self, callee, args, outputs):
-        target = self._new_register()
+        target = self._new()
         self.instrs.append(Instr("push_graph", (target, callee)))
         arguments = tuple(self.register(v) for v in args)
         results = tuple(self._new(v) for v in outputs)
@@ -121,19 +123,15 @@ class FunctionCode:
         captured = tuple(self.register(v) for v in op.inputs[1:])
         closures = []
         for attribute in ("then_branch", "else_branch"):
-            graph = self._new_register()
+            graph = self._new()
             self.instrs.append(Instr("push_graph", (graph, op.attrs[attribute])))
-            closure = self._new_register()
+            closure = self._new()
             self.instrs.append(Instr("partial", (closure, graph, captured)))
             closures.append(closure)
-        chosen = self._new_register()
+        chosen = self._new()
         self.instrs.append(Instr("switch", (chosen, condition, *closures)))
         results = tuple(self._new(v) for v in op.outputs)
         self.instrs.append(Instr("call", (results, chosen, ())))
-
-    def _new_register(self):
-        self.size += 1
-        return self.size - 1
 
 
 def _used_later(var, segment):

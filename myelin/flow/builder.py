@@ -26,15 +26,13 @@ the builder sets no IN/OUT flags: ``flow.infer_inputs_and_outputs()`` (called by
 decides them.
 """
 
-import functools
-
 import numpy as np
 
 from myelin import ops
 from myelin.flow import dtypes
 from myelin.flow.dtypes import DT_BOOL, DT_FLOAT, DT_FLOAT32, DT_INT32
 from myelin.flow.control import ControlFlow
-from myelin.flow.graph import Function, Variable
+from myelin.flow.graph import Function, Variable, atomic
 
 _LITERAL_DEFAULTS = {"b": DT_BOOL, "i": DT_INT32, "u": DT_INT32, "f": DT_FLOAT32}
 _NUMERIC = dtypes.FLOAT_TYPES | dtypes.INTEGER_TYPES
@@ -49,24 +47,6 @@ def _literal_dtype(value, like):
     if kind in "iu" or (kind == "f" and dtypes.is_float(like.dtype)):
         return like.dtype
     return None
-
-
-def _atomic(method):
-    """Make a Builder method all or nothing: if it raises, the ops and variables it added to the
-    flow are removed again (they are the newest entries of the flow's dicts)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        flow = self.flow
-        ops_before, vars_before = len(flow.ops), len(flow.vars)
-        try:
-            return method(self, *args, **kwargs)
-        except Exception:
-            for op in reversed(list(flow.ops.values())[ops_before:]):
-                flow.delete_op(op)
-            for var in reversed(list(flow.vars.values())[vars_before:]):
-                flow.delete_var(var)
-            raise
-    return wrapper
 
 
 class Builder(ControlFlow):
@@ -148,7 +128,7 @@ class Builder(ControlFlow):
         outputs = self._make(optype, args, name, attrs).outputs
         return outputs[0] if len(outputs) == 1 else outputs
 
-    @_atomic
+    @atomic
     def _make(self, optype, args, name=None, attrs=None):
         """Add an op and its output variables; on any error leave the flow as it was."""
         if name is not None and not isinstance(name, str):
@@ -224,29 +204,29 @@ class Builder(ControlFlow):
         return self.op("ArgMin", [x], name, self._reduce_attrs(axis, keepdims or None))
 
     # Composite functions built from primitive ops.
-    @_atomic
+    @atomic
     def norm(self, x, name=None):
         """The L2 norm of all of ``x``: ``Sqrt(Sum(Square(x)))``."""
         return self.sqrt(self.sum(self.square(x)), name)
 
-    @_atomic
+    @atomic
     def normalize(self, x, name=None):
         """``x / sum(x)`` as ``Mul(x, Reciprocal(Sum(x)))`` (SLING's C++ FlowBuilder rule)."""
         return self.mul(x, self.rcp(self.sum(x)), name)
 
-    @_atomic
+    @atomic
     def softmax(self, x, name=None, *, axis=-1):
         """Softmax along ``axis``: Max, Sub, Exp, Sum, Reciprocal, Mul (fusable primitives)."""
         e = self.exp(self.sub(x, self.max(x, axis, keepdims=True)))
         return self.mul(e, self.rcp(self.sum(e, axis, keepdims=True)), name)
 
-    @_atomic
+    @atomic
     def log_softmax(self, x, name=None, *, axis=-1):
         """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
         shifted = self.sub(x, self.max(x, axis, keepdims=True))
         return self.sub(shifted, self.log(self.sum(self.exp(shifted), axis, keepdims=True)), name)
 
-    @_atomic
+    @atomic
     def layer_norm(self, x, gamma=None, beta=None, axis=-1, epsilon=1e-5, name=None):
         """Layer normalization over ``axis``, optionally scaled by ``gamma`` and shifted by
         ``beta``, built from Mean, Sub, Square, Add, Rsqrt, Mul."""
@@ -281,23 +261,23 @@ class Builder(ControlFlow):
 
     t = transpose
 
-    @_atomic
+    @atomic
     def reshape(self, x, shape, name=None):
         """``x`` in ``shape`` (a list, with at most one -1, or an int32 vector variable)."""
         return self.op("Reshape", [x, self._ints(shape)], name)
 
-    @_atomic
+    @atomic
     def concat(self, args, name=None, *, axis=1):
         """Concatenation of ``args`` along ``axis`` (SLING's default axis is 1)."""
         args = list(args)
         return self.op("Concat", args + [self._ints(axis)], name, {"N": len(args)})
 
-    @_atomic
+    @atomic
     def split(self, x, splits, axis=0, name=None):
         """The list of ``splits`` equal parts of ``x`` along ``axis``."""
         return self._make("Split", [x, self._ints(splits), self._ints(axis)], name).outputs
 
-    @_atomic
+    @atomic
     def slice(self, x, begin, size, name=None):
         """The block of ``x`` at ``begin`` with extent ``size`` (-1: to the end of the axis)."""
         return self.op("Slice", [x, self._ints(begin), self._ints(size)], name)

@@ -18,24 +18,21 @@ The ops are defined in :mod:`myelin.ops.control`; :mod:`myelin.control` compiles
 flows, and :mod:`myelin.reference` interprets them.
 """
 
-import contextlib
-
 from myelin.errors import FlowError, ShapeError
-from myelin.flow.graph import Function, Variable
+from myelin.flow.graph import Function, Variable, atomic
 
 
-def free_variables(functions, bound=()):
-    """The variables that the ops of ``functions`` read, or that they give as results, which
-    none of them produces: not constants or learnable globals, not in ``bound``; in first-use
-    order."""
+def free_variables(functions, bound=(), used=()):
+    """The variables that the ops of ``functions`` read, that they give as results or that
+    are in ``used``, which none of them produces: not constants or learnable globals, not in
+    ``bound``; in first-use order."""
     produced = {id(v) for func in functions for op in func.ops for v in op.outputs}
     produced.update(id(v) for v in bound)
     found = {}
-    for func in functions:
-        used = [v for op in func.ops for v in op.inputs] + list(func.results or [])
-        for var in used:
-            if id(var) not in produced and not var.is_global:
-                found.setdefault(id(var), var)
+    for var in [v for func in functions for op in func.ops for v in op.inputs] + \
+            [v for func in functions for v in func.results or []] + list(used):
+        if id(var) not in produced and not var.is_global:
+            found.setdefault(id(var), var)
     return list(found.values())
 
 
@@ -83,50 +80,50 @@ class ControlFlow:
         func = self._callable(function)
         return self.op("Call", [self._value(a) for a in args], name, {"function": func.name})
 
+    @atomic
     def if_else(self, condition, then_fn, else_fn, name=None):
         """``then_fn(b)`` if the scalar ``condition`` holds, else ``else_fn(b)``: each is
         called once with a Builder ``b`` of a new branch function and returns its results (a
         variable, a number, or a tuple or list of them). Returns the results of the branch
         taken: one variable, or a list. ShapeError if the condition is not a scalar or the
         branches give different types."""
-        with self._undone_on_error():
-            condition = self._value(condition)
-            if tuple(condition.shape) not in ((), (1,)):
-                raise ShapeError(f"if_else in {self.func.name}: the condition {condition.name} "
-                                 f"must be a scalar, not {condition.type_string()}")
-            branches = [self._branch("then", then_fn), self._branch("else", else_fn)]
-            captured = free_variables(branches)
-            for branch in branches:
-                branch.params = captured
-            return self.op("If", [condition] + captured, name,
-                           {"then_branch": branches[0].name, "else_branch": branches[1].name})
+        condition = self._value(condition)
+        if tuple(condition.shape) not in ((), (1,)):
+            raise ShapeError(f"if_else in {self.func.name}: the condition {condition.name} "
+                             f"must be a scalar, not {condition.type_string()}")
+        branches = [self._branch("then", then_fn), self._branch("else", else_fn)]
+        captured = free_variables(branches)
+        for branch in branches:
+            branch.params = captured
+        return self.op("If", [condition] + captured, name,
+                       {"then_branch": branches[0].name, "else_branch": branches[1].name})
 
+    @atomic
     def while_loop(self, cond_fn, body_fn, state, name=None):
         """Repeat ``state = body_fn(b, *state)`` while ``cond_fn(b, *state)`` (a scalar) holds;
         returns the final state (a variable, or a list like ``state``). ``state`` is a variable
         or a list of them; ``body_fn`` returns values of the same types."""
-        with self._undone_on_error():
-            single = isinstance(state, Variable)
-            state = self._values(state)
-            loop = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/while"))
-            body = type(self)(self.flow, loop)
-            params = [body.param(f"state{i}", v.dtype, v.shape) for i, v in enumerate(state)]
-            new = body._values(body_fn(body, *params))
-            if _types(new) != _types(params):
-                raise ShapeError(f"while_loop in {self.func.name}: the body gives "
-                                 f"{[v.type_string() for v in new]} for a state of "
-                                 f"{[p.type_string() for p in params]}")
-            again = cond_fn(body, *new)
-            # The loop's free variables become parameters after the state, passed along.
-            free = free_variables([loop], params)
-            loop.params = params + free
-            loop.results = params            # their types, for the recursive call
-            loop.results = body._values(body.if_else(
-                again, lambda branch: branch.call(loop, *new, *free), lambda _: new))
-            result = self.if_else(cond_fn(self, *state),
-                                  lambda branch: branch.call(loop, *state, *free),
-                                  lambda _: state, name=name)
-            return result if single or isinstance(result, list) else [result]
+        single = isinstance(state, Variable)
+        state = self._values(state)
+        loop = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/while"))
+        body = type(self)(self.flow, loop)
+        params = [body.param(f"state{i}", v.dtype, v.shape) for i, v in enumerate(state)]
+        new = body._values(body_fn(body, *params))
+        if _types(new) != _types(params):
+            raise ShapeError(f"while_loop in {self.func.name}: the body gives "
+                             f"{[v.type_string() for v in new]} for a state of "
+                             f"{[p.type_string() for p in params]}")
+        again = cond_fn(body, *new)
+        # The loop's free variables become parameters after the state, passed along.
+        free = free_variables([loop], params, used=new)
+        loop.params = params + free
+        loop.results = params            # their types, for the recursive call
+        loop.results = body._values(body.if_else(
+            again, lambda branch: branch.call(loop, *new, *free), lambda _: new))
+        result = self.if_else(cond_fn(self, *state),
+                              lambda branch: branch.call(loop, *state, *free),
+                              lambda _: state, name=name)
+        return result if single or isinstance(result, list) else [result]
 
     # Helpers.
     def _value(self, value):
@@ -148,22 +145,6 @@ class ControlFlow:
         branch = type(self)(self.flow, func)
         func.results = branch._values(build(branch))
         return func
-
-    @contextlib.contextmanager
-    def _undone_on_error(self):
-        """On an error, remove the functions, ops and variables added meanwhile."""
-        flow = self.flow
-        funcs, ops, vars_ = len(flow.funcs), len(flow.ops), len(flow.vars)
-        try:
-            yield
-        except Exception:
-            for op in reversed(list(flow.ops.values())[ops:]):
-                flow.delete_op(op)
-            for var in reversed(list(flow.vars.values())[vars_:]):
-                flow.delete_var(var)
-            for name in list(flow.funcs)[funcs:]:
-                del flow.funcs[name]
-            raise
 
 
 def _types(variables):

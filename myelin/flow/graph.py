@@ -257,6 +257,40 @@ class Blob:
         return f"<Blob {self.name}: {self.type}, {len(self.data)} bytes>"
 
 
+class Mark:
+    """The functions, ops and variables a flow has at one point; :meth:`undo` removes those
+    added since (they are the newest entries of the flow's dicts), for builders that leave
+    the flow as it was when they fail."""
+
+    def __init__(self, flow):
+        self.flow = flow
+        self.sizes = len(flow.funcs), len(flow.ops), len(flow.vars)
+
+    def undo(self):
+        flow = self.flow
+        funcs, ops, vars_ = self.sizes
+        for op in reversed(list(flow.ops.values())[ops:]):
+            flow.delete_op(op)
+        for var in reversed(list(flow.vars.values())[vars_:]):
+            flow.delete_var(var)
+        for name in list(flow.funcs)[funcs:]:
+            del flow.funcs[name]
+
+
+def atomic(method):
+    """Make a method of a builder (an object with a ``flow``) all or nothing: if it raises,
+    the functions, ops and variables it added to the flow are removed again."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        mark = self.flow.mark()
+        try:
+            return method(self, *args, **kwargs)
+        except Exception:
+            mark.undo()
+            raise
+    return wrapper
+
+
 class _class_or_instance_method:
     """A method that gets the class and the instance it is called on (None on the class)."""
 
@@ -367,6 +401,10 @@ class Flow:
     def unique_func_name(self, base):
         return self._unique(base, lambda n: n in self.funcs)
 
+    def mark(self):
+        """A :class:`Mark` of the flow as it is now, to remove what is added after it."""
+        return Mark(self)
+
     def cnx(self, name, links=()):
         if name in self.cnxs:
             raise FlowError(f"connector {name} already exists")
@@ -431,7 +469,8 @@ class Flow:
             _, _, op = heapq.heappop(heap)
             ordered.append(op)
             for var in op.outputs:
-                for consumer in var.consumers:
+                # A consumer reading ``var`` twice is listed twice: count it once.
+                for consumer in {id(c): c for c in var.consumers}.values():
                     if id(consumer) in members and consumer is not op:
                         remaining[id(consumer)] -= sum(1 for v in consumer.inputs if v is var)
                         if remaining[id(consumer)] == 0:

@@ -120,3 +120,13 @@ def test_text_dump():
     assert "var f/x : float32[1x4] input" in text
     assert "var f/W : float32[4x3] const" in text
     assert "op f/MatMul : MatMul {" in text and "func f {" in text
+
+
+def test_order_with_an_op_reading_a_variable_twice():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [2])
+    y = f.exp(x)
+    z = f.add(y, y)
+    f.neg(z)
+    assert [op.type for op in flow.order(flow.funcs["f"])] == ["Exp", "Add", "Neg"]
