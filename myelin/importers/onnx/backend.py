@@ -1,6 +1,7 @@
 """myelin as an ONNX backend (``onnx.backend.base.Backend``), for ONNX's backend test suite.
 
-Every model runs as JIT-compiled code (there is no fallback to an interpreter). A model that
+Every model runs as JIT-compiled code (there is no fallback to an interpreter); a model with
+control flow (If, Loop, Scan) runs its compiled cells on myelin.control's VM. A model that
 uses a data type myelin does not compute with (bfloat16, float8, strings, ...) is skipped
 with the reason (``unittest.SkipTest``); every other problem is an error.
 """

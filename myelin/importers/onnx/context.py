@@ -1,6 +1,8 @@
 """What a converter sees of the ONNX node it converts: inputs, attributes, constant values,
 and a way to add myelin ops (folded at once when all their inputs are constants)."""
 
+import copy
+
 import numpy as np
 
 from myelin.errors import ShapeError, UnsupportedTypeError
@@ -122,6 +124,22 @@ class NodeContext:
         if default is _REQUIRED:
             raise self.error(f"attribute {name} is required")
         return default
+
+    def subgraph(self, attribute, builder, inputs):
+        """Import the graph of attribute ``attribute`` (an If branch, a Loop or Scan body)
+        into the function of ``builder``, its inputs bound to the variables ``inputs``; names
+        of this node's graph and the graphs around it are visible in it. Returns the
+        variables of its outputs."""
+        graph = self.attr(attribute)
+        return self.importer.subgraph(graph, builder, list(inputs),
+                                      f"node {self.name} ({self.op_type}) {attribute}")
+
+    def using(self, builder):
+        """This node's context adding ops to the function of ``builder`` (a branch or loop
+        function built for this node) instead of the graph's own."""
+        other = copy.copy(self)
+        other.b = builder
+        return other
 
     # Building.
     def const(self, value, dtype=None):

@@ -5,12 +5,17 @@ The imported flow is specialized: every dimension is concrete (taken from the ca
 or the actual inputs), and graph inputs whose *values* a converter needs (a Reshape's shape,
 Slice's starts, ... given as graph inputs) become constants. :func:`import_graph` finds those
 inputs by importing, and re-importing with their values when a converter asks for them.
+
+Subgraphs (If branches, Loop and Scan bodies) are imported by the converters of those ops
+through :meth:`_GraphImporter.subgraph`, into functions of their own, each with a scope of its
+own names; a name a subgraph does not define is looked up in the scopes around it.
 """
 
 import dataclasses
 import logging
 
 import numpy as np
+import onnx
 
 from myelin.errors import InputError, ShapeError, UnsupportedOpError, UnsupportedTypeError
 from myelin.flow import Flow, dtypes
@@ -44,12 +49,13 @@ class ImportedGraph:
 
 def check_supported(model):
     """Raise UnsupportedTypeError for a graph input or output of a type myelin lacks, then
-    UnsupportedOpError listing every node (type, opset, name) without a converter."""
+    UnsupportedOpError listing every node (type, opset, name) without a converter, those of
+    subgraphs (If branches, Loop and Scan bodies) included."""
     for info in list(model.graph.input) + list(model.graph.output):
         proto.value_type(info)
     version = proto.opset(model)
     missing = []
-    for node in model.graph.node:
+    for node in _nodes(model.graph):
         if converters.find(node.op_type, node.domain) is None:
             domain = node.domain or "ai.onnx"
             missing.append((f"{node.op_type} (opset {version}, domain {domain})",
@@ -61,6 +67,18 @@ def check_supported(model):
         listed = "; ".join(f"{t}: {', '.join(names)}" for t, names in by_type.items())
         raise UnsupportedOpError(f"the model uses ops myelin does not support: {listed}",
                                  [name for _, name in missing])
+
+
+def _nodes(graph):
+    """The nodes of ``graph`` and of its subgraphs (graph attributes), depth first."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attr.graphs:
+                    yield from _nodes(subgraph)
 
 
 def import_graph(model, shapes=None, values=None, specialize=(), func="main"):
@@ -84,6 +102,10 @@ def import_graph(model, shapes=None, values=None, specialize=(), func="main"):
             if missing:
                 raise InputError(f"the model uses the values of inputs {missing} as shapes or "
                                  f"parameters: pass their values to compile it") from None
+            if needed.names <= specialize:
+                raise InputError(f"the model uses values computed from inputs "
+                                 f"{sorted(needed.names)} as shapes or parameters, and they "
+                                 f"stay unknown after specializing on them") from None
             log.info("specializing on the values of inputs %s", sorted(needed.names))
             specialize |= needed.names
 
@@ -100,6 +122,7 @@ class _GraphImporter:
         self.builder = Builder(self.flow, func)
         self.vars = {}              # ONNX value name -> Variable
         self.graph_inputs = {}      # Variable id -> ONNX input name
+        self.parent = None          # the importer of the graph around a subgraph
 
     def run(self):
         initializers = {t.name: t for t in self.graph.initializer}
@@ -124,6 +147,48 @@ class _GraphImporter:
             self._convert(node)
         outputs = [self._output(info) for info in self.graph.output]
         return ImportedGraph(self.flow, self.builder.func.name, inputs, outputs, specialized)
+
+    def subgraph(self, graph, builder, inputs, where):
+        """Import ``graph`` (a GraphProto: an If branch, a Loop or Scan body) into the function
+        of ``builder``, its inputs bound to the variables ``inputs`` in order. Names the
+        subgraph does not define resolve in this graph and the graphs around it, so values of
+        outer scopes become free variables of the function. Returns the variables (or
+        Sequences) of its outputs. ``where`` names the node for messages."""
+        scope = _Scope(self, builder)
+        if len(graph.input) != len(inputs):
+            raise ShapeError(f"{where}: subgraph {graph.name!r} takes {len(graph.input)} inputs, "
+                             f"the node gives it {len(inputs)}")
+        for tensor in graph.initializer:
+            scope._define(tensor.name, builder.const(proto.to_array(tensor)))
+        for info, var in zip(graph.input, inputs):
+            declared = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") \
+                else 0
+            if declared and not isinstance(var, Sequence) and \
+                    proto.dtype_of(declared, f"subgraph input {info.name!r}") != var.dtype:
+                raise ShapeError(f"{where}: subgraph input {info.name!r} is declared "
+                                 f"{proto.dtype_of(declared, info.name)}, the node gives it "
+                                 f"{var.dtype}")
+            scope._define(info.name, var)
+        for node in graph.node:
+            scope._convert(node)
+        outputs = []
+        for info in graph.output:
+            var = scope.lookup(info.name)
+            if var is None:
+                raise ShapeError(f"{where}: subgraph output {info.name!r} is not computed by "
+                                 f"any node")
+            outputs.append(var)
+        return outputs
+
+    def lookup(self, name):
+        """The variable (or Sequence) of ONNX value ``name`` in this scope or one around it;
+        None if none defines it."""
+        scope = self
+        while scope is not None:
+            if name in scope.vars:
+                return scope.vars[name]
+            scope = scope.parent
+        return None
 
     # Values.
     def _define(self, name, var):
@@ -190,8 +255,8 @@ class _GraphImporter:
         for name in node.input:
             if not name:
                 inputs.append(None)
-            elif name in self.vars:
-                inputs.append(self.vars[name])
+            elif self.lookup(name) is not None:
+                inputs.append(self.lookup(name))
             else:
                 raise ShapeError(f"node {node.name or node.output[0]} ({node.op_type}) reads "
                                  f"{name!r}, which no earlier node or input defines")
@@ -228,6 +293,33 @@ class _GraphImporter:
             raise ShapeError(f"graph output {info.name} is {var.dtype}, the model declares "
                              f"{dtype}")
         return Signature(info.name, var.name, var.dtype, var.shape)
+
+
+class _Scope(_GraphImporter):
+    """The importer of a subgraph: its own names, bound in the function of its own builder;
+    the model, flow and graph inputs are those of the importer around it."""
+
+    def __init__(self, parent, builder):
+        self.parent = parent
+        self.model = parent.model
+        self.graph = None
+        self.opset = parent.opset
+        self.shapes, self.values, self.specialize = parent.shapes, parent.values, \
+            parent.specialize
+        self.flow = parent.flow
+        self.builder = builder
+        self.vars = {}
+        self.graph_inputs = parent.graph_inputs
+
+    def _define(self, name, var):
+        """Bind ``name`` in this scope; the variable gets it as an alias (``<func>/<name>``),
+        never a new name: it may be a parameter, a constant or a value of an outer scope, and
+        the converters of If, Loop and Scan may undo what a scope added."""
+        if name in self.vars:
+            raise ShapeError(f"ONNX value {name!r} is defined twice")
+        self.vars[name] = var
+        if not isinstance(var, Sequence) and self.flow.var_named(self.builder._name(name)) is None:
+            self.flow.add_alias(var, self.builder._name(name))
 
 
 def _shape_text(shape):

@@ -17,6 +17,7 @@ import numpy as np
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.importers.onnx import importer, proto
+from myelin.ops.control import is_control
 
 log = logging.getLogger("myelin.onnx")
 
@@ -51,13 +52,62 @@ class _Compiled:
         """Fresh copies of the outputs."""
         return [(view() if callable(view) else view).copy() for view in self.results]
 
+    def run(self, feeds):
+        with self.lock:
+            for name, index, shape in self.feeds:
+                # Inputs are references: the cell reads the caller's array (of the dtype and
+                # size compiled for) in place, or a contiguous copy of it.
+                self.instance.bind(index, np.ascontiguousarray(feeds[name]).reshape(shape))
+            self.instance.compute()
+            return self.fetch()
+
+
+@dataclasses.dataclass
+class _CompiledProgram:
+    """A model with control flow (If, Loop, Scan): the imported main function, given the
+    graph inputs as parameters and the graph outputs as results, compiled by
+    :func:`myelin.control.compile` and run on its VM (thread-safe: each thread has its own
+    cell instances)."""
+
+    imported: importer.ImportedGraph
+    program: object
+    seconds: float
+
+    @property
+    def network(self):
+        return self.program.network
+
+    @classmethod
+    def compile(cls, imported, compiler_options, start):
+        import myelin.control
+
+        flow = imported.flow
+        func = flow.funcs[imported.func]
+        func.params = [flow.var_named(s.var) for s in imported.inputs]
+        func.results = [flow.var_named(s.var) for s in imported.outputs if s.var is not None]
+        program = myelin.control.compile(flow, **compiler_options)
+        return cls(imported, program, time.perf_counter() - start)
+
+    def run(self, feeds):
+        results = self.program.run(self.imported.func,
+                                   *(feeds[s.name] for s in self.imported.inputs))
+        if not isinstance(results, tuple):
+            results = (results,)
+        results = iter(results)
+        # Copies: a result may be a constant of the program, or an array it keeps.
+        return [np.empty(s.shape, dtypes.to_numpy(s.dtype)) if s.var is None
+                else np.array(next(results), dtypes.to_numpy(s.dtype)).reshape(s.shape)
+                for s in self.imported.outputs]
+
 
 class OnnxModel:
     """An ONNX model compiled on demand for each input signature.
 
     ``model`` is a path, bytes or ModelProto. ``input_shapes`` (name -> shape) fixes dynamic
     dimensions and compiles at once; otherwise the first :meth:`run` compiles for its inputs.
-    ``compiler_options`` go to :class:`myelin.Compiler`.
+    ``compiler_options`` go to :class:`myelin.Compiler`. A model with control flow (If, Loop,
+    Scan that stay in the imported flow) is compiled by :func:`myelin.control.compile` with
+    the same options and runs on its VM.
     """
 
     def __init__(self, model, input_shapes=None, **compiler_options):
@@ -89,14 +139,7 @@ class OnnxModel:
         """Compute the outputs for ``inputs`` (a dict by name, or a list in input order);
         returns a list of arrays in output order (fresh copies)."""
         feeds = self._feeds(inputs)
-        compiled = self._lookup(feeds)
-        with compiled.lock:
-            for name, index, shape in compiled.feeds:
-                # Inputs are references: the cell reads the caller's array (of the dtype and
-                # size compiled for) in place, or a contiguous copy of it.
-                compiled.instance.bind(index, np.ascontiguousarray(feeds[name]).reshape(shape))
-            compiled.instance.compute()
-            return compiled.fetch()
+        return self._lookup(feeds).run(feeds)
 
     __call__ = run
 
@@ -161,12 +204,16 @@ class OnnxModel:
         self._value_inputs |= set(imported.specialized)
         # Inputs found to be read as values are now part of the signature.
         signature = self._signature(feeds) if feeds else _shape_signature(imported)
-        for given in imported.inputs:
-            imported.flow.vars[given.var].ref = 0 not in given.shape   # read in place: run()
-        network = Compiler(**self.compiler_options).compile(imported.flow)
-        cell = network.cell(imported.func)
-        seconds = time.perf_counter() - start
-        compiled = _Compiled(imported, network, cell, cell.instance(), threading.Lock(), seconds)
+        if any(is_control(op) for op in imported.flow.ops.values()):
+            compiled = _CompiledProgram.compile(imported, self.compiler_options, start)
+        else:
+            for given in imported.inputs:
+                imported.flow.vars[given.var].ref = 0 not in given.shape   # read in place
+            network = Compiler(**self.compiler_options).compile(imported.flow)
+            cell = network.cell(imported.func)
+            compiled = _Compiled(imported, network, cell, cell.instance(), threading.Lock(),
+                                 time.perf_counter() - start)
+        seconds = compiled.seconds
         self._compiled[signature] = compiled
         self.compiles.append((signature, reason, seconds))
         log.info("compiled %s in %.3f s (%s)", _describe(imported), seconds, reason)

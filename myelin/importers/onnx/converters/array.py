@@ -233,8 +233,14 @@ def _size(ctx):
 
 @converter("Range")
 def _range(ctx):
-    start, limit, delta = (ctx.value(i) for i in range(3))
-    return ctx.const(np.arange(start, limit, delta).astype(np.asarray(start).dtype))
+    values = [np.asarray(ctx.value(i)) for i in range(3)]
+    for name, value in zip(("start", "limit", "delta"), values):
+        if value.size != 1:
+            raise ctx.error(f"{name} must have one element, not shape {list(value.shape)}")
+    start, limit, delta = (value.reshape(-1)[0] for value in values)
+    if delta == 0:
+        raise ctx.error("delta must not be 0")
+    return ctx.const(np.arange(start, limit, delta).astype(values[0].dtype))
 
 
 @converter("EyeLike")
