@@ -365,3 +365,17 @@ def test_progress_of_a_compile(flow_file, monkeypatch):
     assert phases[:3] == ["optimize", "plan", "emit"] and phases[-2:] == ["llvm", "done"]
     emitted = [done for phase, done, total in seen if phase == "emit"]
     assert emitted == list(range(len(emitted))) and emitted[-1] == seen[-3][2] == 4
+
+
+def test_compile_a_flow_with_control_flow(tmp_path):
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "count")
+    n = f.param("n", "int32")
+    f.ret(f.while_loop(lambda b, i: b.less(i, n), lambda b, i: b.add(i, 1), f.const(0, "int32")))
+    path = tmp_path / "count.flow"
+    flow.save(str(path))
+    status, text = run("compile", str(path))
+    assert status == 0
+    assert re.match(r"compiled 6 functions with control flow into 2 cells in [\d.]+ s", text)
+    assert "count/while:" in text and "tailbranch" in text and "external <segment" in text
+    assert re.search(r"cell segment\d: \d+ steps", text)

@@ -6,9 +6,11 @@ import time
 import numpy as np
 
 import myelin
+import myelin.control
 from myelin.cli.common import (UsageError, cell_inputs, compile_model, compiler_options,
                                load_flow, model_command, random_inputs, repeat,
                                timing_options)
+from myelin.ops.control import is_control
 
 
 def _phases(timings):
@@ -19,6 +21,10 @@ def _phases(timings):
 
 def _report(network, timings, out):
     print(f"compiled in {_phases(timings)}", file=out)
+    _report_cells(network, out)
+
+
+def _report_cells(network, out):
     for cell in network.cells:
         steps = [step for step in cell.steps if not step.noop]
         print(f"\ncell {cell.name}: {len(steps)} steps ({len(cell.steps) - len(steps)} views), "
@@ -41,8 +47,15 @@ def compile_command(args, out):
     if args.output:
         raise UsageError("--output applies to --target only",
                          "give --target TRIPLE to write code for another machine")
-    network, timings = compile_model(args, dump_flow=args.dump_flow and dump_flow,
+    start = time.perf_counter()
+    flow = load_flow(args)
+    loaded = time.perf_counter() - start
+    if any(is_control(op) for op in flow.ops.values()):
+        _compile_program(args, flow, loaded, out)
+        return
+    network, timings = compile_model(args, flow, dump_flow=args.dump_flow and dump_flow,
                                      dump=args.dump_llvm or args.dump_asm)
+    timings["import"] = loaded
     _report(network, timings, out)
     if args.dump_cells:
         for cell in network.cells:
@@ -63,6 +76,22 @@ def profile_command(args, out):
         cell.reset_profile()
         repeat(data.compute, args)
         print(cell.profile(), file=out)
+
+
+def _compile_program(args, flow, loaded, out):
+    """Compile a flow with control flow (myelin.control): its VM instructions, then its
+    cells."""
+    if args.dump_flow or args.dump_cells or args.dump_llvm or args.dump_asm:
+        raise UsageError("the --dump options apply to flows without control flow",
+                         "leave them out: the report lists the VM instructions and cells")
+    start = time.perf_counter()
+    program = myelin.control.compile(flow, **compiler_options(args))
+    print(f"compiled {len(program.entries)} functions with control flow into "
+          f"{len(program.externals)} cells in {loaded + time.perf_counter() - start:.3f} s "
+          f"(import {loaded:.3f} s)\n", file=out)
+    print(program.listing(), file=out)
+    if program.network is not None:
+        _report_cells(program.network, out)
 
 
 def _compile_for_target(args, dump_flow, out):

@@ -47,11 +47,12 @@ def load_flow(args):
     raise UsageError(f"cannot tell the format of {args.model}", "give a .onnx or a .flow file")
 
 
-def compile_model(args, **options):
-    """Load and compile ``args.model``: returns (network, phase timings in seconds)."""
+def compile_model(args, flow=None, **options):
+    """Compile ``flow`` (default: ``args.model``, loaded): returns (network, phase timings in
+    seconds, the loading included as "import")."""
     compiler = myelin.Compiler(**compiler_options(args), **options)
     start = time.perf_counter()
-    flow = load_flow(args)
+    flow = flow or load_flow(args)
     timings = {"import": time.perf_counter() - start}
     network = compiler.compile(flow)
     timings.update(compiler.timings)
