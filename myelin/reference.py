@@ -16,7 +16,8 @@ The interpreter does not change the flow: the function's inputs are the variable
 that no op of the function produces and that are not constants or learnable; its default
 outputs are the variables :meth:`Flow.infer_inputs_and_outputs` would mark OUT (computed here
 without setting flags). ``Call`` and ``If`` ops (:mod:`myelin.ops.control`) run their function
-or branch with this interpreter, recursively. Learnable variables live in the :class:`Interpreter`'s ``state``
+or branch with this interpreter, recursively; a function value (``Function``, ``Partial``) is a
+(Function, bound values) pair. Learnable variables live in the :class:`Interpreter`'s ``state``
 (initialized from their data, else zeros) and keep their values across runs, so ``Assign``
 to a learnable variable is seen by later runs. Values are freed after their last use.
 """
@@ -130,6 +131,10 @@ class Interpreter:
             var = self._variable(key)
             if id(var) not in accepted or (var.constant and not var.learnable):
                 raise InputError(f"variable {var.name} is not an input of function {func.name}")
+            if var.dtype == control.FUNCTION:     # a function value, from a Call or If
+                if id(var) in read:
+                    env[id(var)] = value
+                continue
             array = np.asarray(value)
             if not shape_fits(array.shape, var.shape):
                 raise InputError(f"input {var.name} has shape {list(array.shape)}, expected "
@@ -189,6 +194,8 @@ class Interpreter:
         """A private copy of ``value`` in the interpreter's representation for ``var``: of the
         declared type, or float64 for floats (first rounded to the declared type if
         ``rounded``)."""
+        if var.dtype == control.FUNCTION:
+            return value               # a (function, bound values) pair
         array = np.asarray(value)
         if var.dtype not in _ARRAY_TYPES:
             return np.array(array)
@@ -205,10 +212,17 @@ class Interpreter:
         return array.copy() if var.learnable else array
 
     def _control(self, op, arguments):
-        """The results of a Call or If op: its function (or the branch its condition picks)
-        run on the arguments by this interpreter."""
-        if op.type == "Call":
+        """The results of a control-flow op: a function value, a (function, bound values)
+        pair, or the results of the function a Call or If runs, by this interpreter."""
+        if op.type == "Function":
+            return [(control.signature(op, "function"), ())]
+        if op.type == "Partial":
+            func, bound = arguments[0]
+            return [(func, bound + tuple(arguments[1:]))]
+        if op.type == "Call" and "function" in op.attrs:
             func = control.signature(op, "function")
+        elif op.type == "Call":
+            (func, bound), arguments = arguments[0], list(arguments[0][1]) + arguments[1:]
         else:
             taken = bool(np.asarray(arguments[0]).reshape(-1)[0])
             func = control.signature(op, "then_branch" if taken else "else_branch")
@@ -228,7 +242,7 @@ class Interpreter:
                              f"for {len(op.outputs)} outputs")
         for var, value in zip(op.outputs, results):
             value = self._store(var, value, rounded=self.precision == "native")
-            if not shape_fits(value.shape, var.shape):
+            if var.dtype != control.FUNCTION and not shape_fits(value.shape, var.shape):
                 raise ShapeError(f"op {op.name} ({op.type}): reference gave shape "
                                  f"{list(value.shape)} for {var.name}, declared "
                                  f"{list(var.shape)}")

@@ -304,3 +304,41 @@ def test_a_loop_may_give_back_an_outer_value_unchanged():
     xv, yv = np.ones(2, np.float32), np.full(2, 7, np.float32)
     np.testing.assert_array_equal(program.run("f", xv, yv), yv)
     np.testing.assert_array_equal(run_reference(flow, "f", xv, yv), yv)
+
+
+def test_functions_as_values():
+    """twice(g, v) = g(g(v)) called with a function chosen at run time: square, or add
+    partially applied to y (a closure)."""
+    flow = myelin.Flow()
+    square = myelin.Builder(flow, "square")
+    x = square.param("x", "float32", [3])
+    square.ret(square.mul(x, x))
+    add = myelin.Builder(flow, "add")
+    add.ret(add.add(add.param("a", "float32", [3]), add.param("b", "float32", [3])))
+    twice = myelin.Builder(flow, "twice")
+    g = twice.function_param("g", "square")
+    v = twice.param("v", "float32", [3])
+    twice.ret(twice.call(g, twice.call(g, v)))
+    main = myelin.Builder(flow, "main")
+    y = main.param("y", "float32", [3])
+    c = main.param("c", "float32")
+    chosen = main.if_else(main.greater(c, 0.0), lambda b: b.function("square"),
+                          lambda b: b.partial("add", y))
+    main.ret(main.call("twice", chosen, y))
+    program = myelin.control.compile(flow)
+    listing = program.listing()
+    assert "partial" in listing and "push_graph 1, 'square'" in listing
+    yv = np.random.default_rng().standard_normal(3).astype(np.float32)
+    for condition, expected in ((1.0, yv.astype(np.float64) ** 4), (-1.0, 3.0 * yv)):
+        assert relative_error(program.run("main", yv, condition), expected) < 1e-6
+        assert relative_error(run_reference(flow, "main", yv, np.float32(condition)),
+                              expected) < 1e-6
+    with pytest.raises(InputError, match="function values"):
+        program.run("twice", yv, yv)
+    loaded = myelin.control.compile(myelin.Flow.from_bytes(flow.to_bytes()))
+    assert relative_error(loaded.run("main", yv, -1.0), 3.0 * yv) < 1e-6
+    with pytest.raises(ShapeError, match="argument main/c is float32, parameter 0 of "
+                                         "main/If:0 is float32\\[3\\]"):
+        main.call(chosen, c)
+    with pytest.raises(ShapeError, match="parameter twice/g of twice"):
+        main.call("twice", main.partial("add"), y)     # takes two tensors, not one

@@ -1,9 +1,9 @@
 """Linking: the instructions of every function into one list of VM code.
 
 Each function's instructions are laid out one after the other; the names of functions in
-``push_graph``, ``call_graph``, ``tailcall_graph``, ``branch`` and ``tailbranch`` become their positions in the list, the
-segments of ``external`` their indices in the list of cells, and each instruction a tuple
-whose first item is its opcode (:mod:`myelin.control.vm`).
+``push_graph``, ``call_graph``, ``tailcall_graph``, ``branch`` and ``tailbranch`` become their
+positions in the list, the segments of ``external`` their indices in the list of cells, and
+each instruction a tuple whose first item is its opcode (:mod:`myelin.control.vm`).
 """
 
 from myelin.control.vm import OPCODES

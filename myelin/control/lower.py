@@ -5,7 +5,8 @@ A function's values live in the registers of its frame: its parameters first, th
 value it makes, each in a register of its own. The function's ops are cut, in topological
 order, into linear segments (runs of tensor ops) and control nodes (``Call`` and ``If`` ops).
 A segment becomes one ``external`` instruction (its ops are compiled into one cell later),
-a ``Call`` a ``call`` of the function, an ``If`` the closures of its two branches
+a ``Call`` a ``call`` of the function (or of a function value), a ``Function`` a
+``push_graph``, a ``Partial`` a ``partial``, an ``If`` the closures of its two branches
 (``partial``), a ``switch`` on its condition between them and a ``call`` of the one chosen. A
 constant that a control node reads or that the function returns is wrapped as a ``push`` of
 its value; constants that segments read go into their cells. The function ends with a
@@ -89,10 +90,10 @@ class FunctionCode:
         for item in split(flow, self.func):
             if isinstance(item, Segment):
                 self._external(item)
-            elif item.type == "Call":
-                self._call(item.attrs["function"], item.inputs, item.outputs)
-            else:
+            elif item.type == "If":
                 self._if(item)
+            else:
+                getattr(self, "_" + item.type.lower())(item)
         self.instrs.append(Instr("return", (tuple(self.register(v) for v in self.func.results),)))
         self.instrs.insert(0, Instr("pad_stack", (self.size,)))
         return self
@@ -111,12 +112,24 @@ class FunctionCode:
         outputs = tuple(self._new(v) for v in segment.outputs)
         self.instrs.append(Instr("external", (segment, inputs, outputs)))
 
-    def _call(self, callee, args, outputs):
-        target = self._new()
-        self.instrs.append(Instr("push_graph", (target, callee)))
+    def _call(self, op):
+        if "function" in op.attrs:
+            target = self._new()
+            self.instrs.append(Instr("push_graph", (target, op.attrs["function"])))
+            args = op.inputs
+        else:                              # input 0 is a function value
+            target, args = self.register(op.inputs[0]), op.inputs[1:]
         arguments = tuple(self.register(v) for v in args)
-        results = tuple(self._new(v) for v in outputs)
+        results = tuple(self._new(v) for v in op.outputs)
         self.instrs.append(Instr("call", (results, target, arguments)))
+
+    def _function(self, op):
+        self.instrs.append(Instr("push_graph", (self._new(op.outputs[0]), op.attrs["function"])))
+
+    def _partial(self, op):
+        function = self.register(op.inputs[0])
+        bound = tuple(self.register(v) for v in op.inputs[1:])
+        self.instrs.append(Instr("partial", (self._new(op.outputs[0]), function, bound)))
 
     def _if(self, op):
         condition = self.register(op.inputs[0])

@@ -24,6 +24,7 @@ from myelin.control.vm import External, run
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Flow
+from myelin.ops.control import FUNCTION
 
 REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
 
@@ -103,6 +104,9 @@ class Program:
         if func is None or function not in self.entries:
             raise InputError(f"the program has no function {function!r}; it has "
                              f"{', '.join(self.entries)}")
+        if any(v.dtype == FUNCTION for v in func.params + func.results):
+            raise InputError(f"function {function} takes or gives function values, which "
+                             f"Python cannot pass or receive: call it from another function")
         if len(args) != len(func.params):
             raise InputError(f"function {function} takes {len(func.params)} arguments "
                              f"({', '.join(p.name for p in func.params)}), got {len(args)}")

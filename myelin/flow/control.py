@@ -4,7 +4,9 @@ A function becomes callable when it has a signature: ``param`` adds its paramete
 ``ret`` sets its results (``returns`` declares their types first, which a function that calls
 itself needs: calls read the types of the declared results). Then:
 
-- ``call(function, *args)`` runs it (an op ``Call``);
+- ``call(function, *args)`` runs it (an op ``Call``); ``function(name)`` makes it a value
+  that can be passed, returned and called, ``partial(function, *args)`` binds its first
+  parameters (a closure);
 - ``if_else(condition, then_fn, else_fn)`` runs one of two branches, each built by a Python
   function into a function of its own (an op ``If``). A branch may read any variable of the
   functions around it: those are its free variables, passed to it by the ``If`` op (a closure);
@@ -19,6 +21,7 @@ flows, and :mod:`myelin.reference` interprets them.
 """
 
 from myelin.errors import FlowError, ShapeError
+from myelin.ops import control
 from myelin.flow.graph import Function, Variable, atomic
 
 
@@ -45,6 +48,15 @@ class ControlFlow:
         if self.func.params is None:
             self.func.params = []
         self.func.params.append(var)
+        return var
+
+    def function_param(self, name, like):
+        """A new parameter taking function values of the type of ``like`` (a function name,
+        a Function with a signature, or a function value)."""
+        text = control.value_type(like) if isinstance(like, Variable) else \
+            control.signature_type(self._callable(like))
+        var = self.param(name, control.FUNCTION)
+        var.attrs[control.TYPE_ATTRIBUTE] = text
         return var
 
     def returns(self, *types):
@@ -75,10 +87,25 @@ class ControlFlow:
         self.func.results = values
 
     def call(self, function, *args, name=None):
-        """The results of ``function`` (a name or Function with a signature) on ``args``: one
-        variable, or a list when it has several results."""
-        func = self._callable(function)
-        return self.op("Call", [self._value(a) for a in args], name, {"function": func.name})
+        """The results of ``function`` (a name or Function with a signature, or a function
+        value) on ``args``: one variable, or a list when it has several results."""
+        args = [self._value(a) for a in args]
+        if isinstance(function, Variable):
+            return self._control_op("Call", [function] + args, name)
+        return self._control_op("Call", args, name, {"function": self._callable(function).name})
+
+    def function(self, function, name=None):
+        """The function ``function`` (a name or Function with a signature) as a value, to
+        pass to other functions, return, or call."""
+        return self._control_op("Function", [], name,
+                                {"function": self._callable(function).name})
+
+    def partial(self, function, *args, name=None):
+        """The function value ``function`` (or the function of that name) with its first
+        parameters bound to ``args``: a closure taking the rest."""
+        if not isinstance(function, Variable):
+            function = self.function(function)
+        return self._control_op("Partial", [function] + [self._value(a) for a in args], name)
 
     @atomic
     def if_else(self, condition, then_fn, else_fn, name=None):
@@ -95,8 +122,9 @@ class ControlFlow:
         captured = free_variables(branches)
         for branch in branches:
             branch.params = captured
-        return self.op("If", [condition] + captured, name,
-                       {"then_branch": branches[0].name, "else_branch": branches[1].name})
+        return self._control_op("If", [condition] + captured, name,
+                                {"then_branch": branches[0].name,
+                                 "else_branch": branches[1].name})
 
     @atomic
     def while_loop(self, cond_fn, body_fn, state, name=None):
@@ -126,6 +154,15 @@ class ControlFlow:
         return result if single or isinstance(result, list) else [result]
 
     # Helpers.
+    def _control_op(self, optype, args, name, attrs=None):
+        """Add a control-flow op; its function-valued outputs get their types as attributes.
+        Returns its output, or the list of them."""
+        op = self._make(optype, args, name, attrs)
+        for var, text in zip(op.outputs, control.output_types(op)):
+            if var.dtype == control.FUNCTION:
+                var.attrs[control.TYPE_ATTRIBUTE] = text
+        return op.outputs[0] if len(op.outputs) == 1 else op.outputs
+
     def _value(self, value):
         return value if isinstance(value, Variable) else self.const(value)
 
@@ -148,4 +185,4 @@ class ControlFlow:
 
 
 def _types(variables):
-    return [(v.dtype, tuple(v.shape)) for v in variables]
+    return [control.value_type(v) for v in variables]

@@ -29,6 +29,7 @@ _TYPES = {
     "resource": (None, 1),
     "uint32": (np.uint32, 4),
     "uint64": (np.uint64, 8),
+    "function": (None, 8),        # a function value (myelin.ops.control), not a tensor
 }
 
 # Names accepted when reading, mapped to canonical names.

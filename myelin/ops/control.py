@@ -1,10 +1,15 @@
-"""Control-flow ops: calls of other functions of the flow and two-way branches.
+"""Control-flow ops: calls of other functions of the flow, function values and two-way
+branches.
 
-A function with a signature (``Function.params`` and ``Function.results``, set by
-:mod:`myelin.control`) can be called:
+A function with a signature (``Function.params`` and ``Function.results``, set by the
+Builder's control-flow methods, :mod:`myelin.flow.control`) can be called:
 
 - ``Call`` (attribute ``function``): runs that function on its inputs, one per parameter; its
-  outputs are the function's results.
+  outputs are the function's results. Without the attribute, input 0 is a function value
+  and the others its arguments.
+- ``Function`` (attribute ``function``): the function as a value, of type ``function``.
+- ``Partial``: input 0 a function value, the others values for its first parameters; the
+  output is the function of the remaining parameters (a closure).
 - ``If`` (attributes ``then_branch``, ``else_branch``): input 0 is a scalar condition (bool, or
   a number: nonzero is true); the other inputs are the values the branch functions read from
   the function around them (their free variables, the closure), in the order of the branches'
@@ -16,14 +21,67 @@ into cells and runs the calls and branches on its VM. Their reference runs the f
 the reference interpreter (:mod:`myelin.reference`).
 """
 
+import json
+
 from myelin.errors import FlowError, ShapeError
 from myelin.ops.registry import Kind, OpDef, TensorType, register
 
-CONTROL_OPS = ("Call", "If")
+CONTROL_OPS = ("Call", "If", "Function", "Partial")
+FUNCTION = "function"          # the dtype of function values
+TYPE_ATTRIBUTE = "function_type"
 
 
 def is_control(op):
     return op.type in CONTROL_OPS
+
+
+def value_type(var):
+    """The type of a value as text: ``float32[3]`` for a tensor; for a function value, the
+    JSON list [parameter types, result types] of its attribute ``function_type``."""
+    if var.dtype == FUNCTION:
+        return var.attrs.get(TYPE_ATTRIBUTE, "[]")
+    return var.type_string().lstrip("&")
+
+
+def function_type(params, results):
+    """The type of a function value taking values of the types ``params`` and giving
+    ``results`` (lists of value types)."""
+    return json.dumps([list(params), list(results)])
+
+
+def signature_type(func):
+    return function_type(map(value_type, func.params), map(value_type, func.results))
+
+
+def split_type(op, var):
+    """(parameter types, result types) of the function value ``var``."""
+    if var.dtype != FUNCTION:
+        raise ShapeError(f"op {op.name} ({op.type}): {var.name} is {var.type_string()}, not a "
+                         f"function value")
+    try:
+        params, results = json.loads(value_type(var))
+        return list(params), list(results)
+    except (ValueError, TypeError):
+        raise ShapeError(f"op {op.name} ({op.type}): function value {var.name} has no valid "
+                         f"{TYPE_ATTRIBUTE} attribute") from None
+
+
+def tensor_type(text):
+    """The TensorType of a value type (``function`` for a function value)."""
+    if text.startswith("["):
+        return TensorType(FUNCTION, ())
+    dtype, _, dims = text.partition("[")
+    return TensorType(dtype, tuple(int(d) for d in dims.rstrip("]").split("x")) if dims else ())
+
+
+def output_types(op):
+    """The value types of ``op``'s outputs (the Builder sets ``function_type`` from them)."""
+    if op.type in ("Function", "Partial"):
+        return [_function_value_type(op)]
+    if op.type == "Call" and "function" not in op.attrs:
+        return split_type(op, op.inputs[0])[1]
+    func = signature(op, "function" if op.type == "Call" else "then_branch")
+    return [value_type(v) for v in func.results]
 
 
 def signature(op, attribute):
@@ -37,43 +95,63 @@ def signature(op, attribute):
     return func
 
 
-def types_of(variables):
-    return [TensorType(v.dtype, v.shape) for v in variables]
-
-
-def check_arguments(op, func, arguments):
-    """ShapeError unless ``arguments`` fit ``func``'s parameters in number, type and shape."""
-    if len(arguments) != len(func.params):
-        raise ShapeError(f"op {op.name} ({op.type}): {func.name} takes {len(func.params)} "
-                         f"arguments, got {len(arguments)}")
-    for argument, param in zip(arguments, func.params):
-        if argument.dtype != param.dtype or tuple(argument.shape) != tuple(param.shape):
+def check_arguments(op, name, params, arguments, names=None):
+    """ShapeError unless ``arguments`` (variables) fit the parameter types ``params`` (named
+    ``names``, when known) of the function ``name`` in number and type."""
+    if len(arguments) != len(params):
+        raise ShapeError(f"op {op.name} ({op.type}): {name} takes {len(params)} arguments, got "
+                         f"{len(arguments)}")
+    for position, (argument, param) in enumerate(zip(arguments, params)):
+        if value_type(argument) != param:
+            which = names[position] if names else position
             raise ShapeError(f"op {op.name} ({op.type}): argument {argument.name} is "
-                             f"{argument.type_string()}, parameter {param.name} of {func.name} "
-                             f"is {param.type_string()}")
+                             f"{value_type(argument)}, parameter {which} of {name} is {param}")
+
+
+def _check_call(op, func, arguments):
+    check_arguments(op, func.name, [value_type(p) for p in func.params], arguments,
+                    [p.name for p in func.params])
 
 
 def _call_infer(op):
-    func = signature(op, "function")
-    check_arguments(op, func, op.inputs)
-    return types_of(func.results)
+    if "function" in op.attrs:
+        _check_call(op, signature(op, "function"), op.inputs)
+    else:
+        if not op.inputs:
+            raise ShapeError(f"op {op.name} (Call): without a function attribute, input 0 "
+                             f"must be a function value")
+        params, _ = split_type(op, op.inputs[0])
+        check_arguments(op, op.inputs[0].name, params, op.inputs[1:])
+    return [tensor_type(t) for t in output_types(op)]
+
+
+def _function_value_type(op):
+    if op.type == "Function":
+        return signature_type(signature(op, "function"))
+    params, results = split_type(op, op.inputs[0])
+    bound = op.inputs[1:]
+    check_arguments(op, op.inputs[0].name, params[:len(bound)], bound)
+    return function_type(params[len(bound):], results)
+
+
+def _value_infer(op):
+    _function_value_type(op)          # checks the types
+    return [TensorType(FUNCTION, ())]
 
 
 def _if_infer(op):
     condition = op.inputs[0]
-    if tuple(condition.shape) not in ((), (1,)):
+    if tuple(condition.shape) not in ((), (1,)) or condition.dtype == FUNCTION:
         raise ShapeError(f"op {op.name} (If): the condition {condition.name} must be a scalar, "
                          f"not {condition.type_string()}")
     branches = [signature(op, "then_branch"), signature(op, "else_branch")]
     for branch in branches:
-        check_arguments(op, branch, op.inputs[1:])
-    then_types, else_types = (types_of(branch.results) for branch in branches)
+        _check_call(op, branch, op.inputs[1:])
+    then_types, else_types = ([value_type(v) for v in branch.results] for branch in branches)
     if then_types != else_types:
-        described = [", ".join(f"{t.dtype}{list(t.shape)}" for t in types)
-                     for types in (then_types, else_types)]
         raise ShapeError(f"op {op.name} (If): the branches give different types: then "
-                         f"({described[0]}), else ({described[1]})")
-    return then_types
+                         f"({', '.join(then_types)}), else ({', '.join(else_types)})")
+    return [tensor_type(t) for t in then_types]
 
 
 def _reference(op, inputs):
@@ -83,7 +161,13 @@ def _reference(op, inputs):
 
 register(OpDef("Call", Kind.OPAQUE, _call_infer, _reference, attrs={"function": None},
                inputs=(0, None), outputs=None,
-               doc="Call the function named by `function` on the inputs."))
+               doc="Call the function named by `function` (or the function value of input "
+                   "0) on the inputs."))
+register(OpDef("Function", Kind.OPAQUE, _value_infer, _reference, attrs={"function": None},
+               inputs=(0, 0), doc="The function named by `function`, as a value."))
+register(OpDef("Partial", Kind.OPAQUE, _value_infer, _reference, inputs=(1, None),
+               doc="The function value of input 0 with its first parameters bound to the "
+                   "other inputs."))
 register(OpDef("If", Kind.OPAQUE, _if_infer, _reference,
                attrs={"then_branch": None, "else_branch": None}, inputs=(1, None),
                outputs=None,
