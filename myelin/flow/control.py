@@ -21,8 +21,8 @@ flows, and :mod:`myelin.reference` interprets them.
 """
 
 from myelin.errors import FlowError, ShapeError
-from myelin.ops import control
 from myelin.flow.graph import Function, Variable, atomic
+from myelin.ops import control
 
 
 def free_variables(functions, bound=(), used=()):
