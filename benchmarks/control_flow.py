@@ -61,12 +61,13 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from common import format_seconds, ort_session, time_call  # noqa: E402
+from jitcheck import lstm_flow, numpy_lstm  # noqa: E402
 
 import myelin  # noqa: E402
 import myelin.control  # noqa: E402
 from myelin.control import vm  # noqa: E402
-from myelin.control.program import _argument  # noqa: E402
 
 STEPS, INPUTS, HIDDEN = 1000, 256, 256
 GOAL = 0.5              # myelin's VM at most this times ONNX Runtime's Loop
@@ -85,42 +86,11 @@ def lstm_weights(rng):
             "b": uniform(4 * HIDDEN)}
 
 
-def numpy_lstm(xs, weights):
-    """The final h and c, in float64: the reference."""
-    w, u, bias = (weights[k].astype(np.float64) for k in ("W", "U", "b"))
-    h = c = np.zeros((1, HIDDEN))
-    for x in xs.astype(np.float64):
-        i, f, g, o = np.split(x @ w + h @ u + bias, 4, axis=1)
-        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-        h = sigmoid(o) * np.tanh(c)
-    return [h, c]
-
-
-def sigmoid(z):
-    return 1 / (1 + np.exp(-z))
-
-
 # -- myelin ------------------------------------------------------------------------------
-
 def myelin_program(weights, threads=None):
-    """The LSTM as a flow with a while_loop (as tests/test_control.py's lstm_flow), compiled
+    """The LSTM as a flow with a while_loop (``lstm_flow`` of tests/jitcheck.py), compiled
     for ``threads`` threads (default: myelin's)."""
-    flow = myelin.Flow()
-    f = myelin.Builder(flow, "rnn")
-    xs = f.param("xs", "float32", [STEPS, 1, INPUTS])
-    w, u, bias = (f.array(name, weights[name]) for name in ("W", "U", "b"))
-
-    def body(b, t, h, c):
-        x = b.reshape(b.gather(xs, b.reshape(t, [1])), [1, INPUTS])
-        gates = b.add(b.add(b.matmul(x, w), b.matmul(h, u)), bias)
-        i, fg, g, o = b.split(gates, 4, axis=1)
-        c_next = b.add(b.mul(b.sigmoid(fg), c), b.mul(b.sigmoid(i), b.tanh(g)))
-        return b.add(t, 1), b.mul(b.sigmoid(o), b.tanh(c_next)), c_next
-
-    zeros = np.zeros((1, HIDDEN), np.float32)
-    _, h, c = f.while_loop(lambda b, t, h, c: b.less(t, STEPS), body,
-                           [f.const(0, "int32"), f.const(zeros), f.const(zeros)])
-    f.ret(h, c)
+    flow = lstm_flow(STEPS, weights)
     start = time.perf_counter()
     program = myelin.control.compile(flow, cache=False, threads=threads)
     print(f"  myelin compile (lower, peephole, LLVM{f', {threads} thread' if threads else ''}):"
@@ -375,9 +345,8 @@ def timer_cost(samples=100_000):
 
 def vm_overhead(program, xs, rounds=15):
     """Instructions executed, time in externals and the VM's overhead per instruction."""
-    func = program.flow.funcs["rnn"]
-    arguments = [_argument(param, value) for param, value in zip(func.params, [xs])]
-    code, externals, entry = program.code, program._externals(), program.entries["rnn"]
+    arguments = program.arguments("rnn", xs)
+    code, externals, entry = program.code, program.thread_externals(), program.entries["rnn"]
     segments = [segment.name for segment, _, _ in program.externals]
 
     def run(externals, code=code):

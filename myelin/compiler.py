@@ -214,8 +214,7 @@ class Compiler:
         start = time.perf_counter()
         object_bytes, dumps = engine.compile_object(module, self.target, dump=self.dump)
         if fields:
-            self.cache.store(codecache.CodeCache.key(fields), fields, object_bytes,
-                             externals.arrays, externals.table(),
+            self.cache.store(fields, object_bytes, externals.arrays, externals.table(),
                              {"cells": list(symbols), "steps": _steps_with_code(planned)})
         code = engine.load_object(object_bytes, self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
@@ -240,15 +239,14 @@ class Compiler:
 
     def _load_cached(self, fields, arrays, counters):
         """(code, arrays made at compile time) from the cache entry for ``fields``, or None."""
-        entry = self.cache.load(codecache.CodeCache.key(fields), fields)
+        entry = self.cache.load(fields)
         if entry is None:
             return None
         try:
             specs = {name: spec for name, (spec, _) in arrays.items()}
             addresses = rebind(entry.symbols, specs, entry.arrays, counters)
         except (KeyError, IndexError, TypeError) as error:
-            log.warning("ignoring compile cache entry %s: %s",
-                        self.cache.path(codecache.CodeCache.key(fields)), error)
+            log.warning("ignoring compile cache entry %s: %s", entry.path, error)
             return None
         return engine.load_object(entry.object, self.target, addresses), entry.arrays
 

@@ -88,3 +88,43 @@ def guide_flow(rng):
     x = f.var("x", myelin.DT_FLOAT, [1, 64])
     y = f.softmax(f.relu(f.add(f.matmul(x, W), b)), name="y")
     return flow, x, y, W, b
+
+
+def lstm_flow(steps, weights):
+    """An LSTM cell of plain ops (matmuls, split, sigmoid, tanh) run by a ``while_loop`` over
+    a sequence xs[steps, 1, inputs], from zero states, giving the final h and c (function
+    "rnn"); ``weights`` are W[inputs, 4 hidden], U[hidden, 4 hidden], b[4 hidden], gates in
+    the order i, f, g, o."""
+    inputs, hidden = weights["W"].shape[0], weights["U"].shape[0]
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "rnn")
+    xs = f.param("xs", "float32", [steps, 1, inputs])
+    w, u, bias = (f.array(name, weights[name]) for name in ("W", "U", "b"))
+
+    def body(b, t, h, c):
+        x = b.reshape(b.gather(xs, b.reshape(t, [1])), [1, inputs])
+        gates = b.add(b.add(b.matmul(x, w), b.matmul(h, u)), bias)
+        i, fg, g, o = b.split(gates, 4, axis=1)
+        c_next = b.add(b.mul(b.sigmoid(fg), c), b.mul(b.sigmoid(i), b.tanh(g)))
+        return b.add(t, 1), b.mul(b.sigmoid(o), b.tanh(c_next)), c_next
+
+    zeros = np.zeros((1, hidden), np.float32)
+    _, h, c = f.while_loop(lambda b, t, h, c: b.less(t, steps), body,
+                           [f.const(0, "int32"), f.const(zeros), f.const(zeros)])
+    f.ret(h, c)
+    return flow
+
+
+def numpy_lstm(xs, weights):
+    """The final h and c of :func:`lstm_flow`'s LSTM, in float64."""
+    w, u, bias = (weights[k].astype(np.float64) for k in ("W", "U", "b"))
+    h = c = np.zeros((1, u.shape[0]))
+    for x in xs.astype(np.float64):
+        i, f, g, o = np.split(x @ w + h @ u + bias, 4, axis=1)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+    return h, c
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))

@@ -10,7 +10,7 @@ import pytest
 
 import myelin
 import myelin.control
-from jitcheck import relative_error
+from jitcheck import lstm_flow, numpy_lstm, relative_error
 from myelin import reference
 from myelin.errors import CompileError, FlowError, InputError, ShapeError
 
@@ -100,45 +100,11 @@ def test_while_loop_until_a_data_dependent_condition():
         assert ref_t == steps and relative_error(ref_total, expected) < 1e-6
 
 
-def lstm_flow(steps, inputs, hidden, rng):
-    """An LSTM cell of plain ops (matmuls, sigmoid, tanh) run over a sequence by a loop."""
-    flow = myelin.Flow()
-    f = myelin.Builder(flow, "rnn")
-    xs = f.param("xs", "float32", [steps, 1, inputs])
-    weights = {name: rng.standard_normal(shape).astype(np.float32) * 0.3
-               for name, shape in (("W", (inputs, 4 * hidden)), ("U", (hidden, 4 * hidden)),
-                                   ("b", (4 * hidden,)))}
-    w, u, bias = (f.array(name, value) for name, value in weights.items())
-
-    def body(b, t, h, c):
-        x = b.reshape(b.gather(xs, b.reshape(t, [1])), [1, inputs])
-        gates = b.add(b.add(b.matmul(x, w), b.matmul(h, u)), bias)
-        i, fg, g, o = b.split(gates, 4, axis=1)
-        c_next = b.add(b.mul(b.sigmoid(fg), c), b.mul(b.sigmoid(i), b.tanh(g)))
-        return b.add(t, 1), b.mul(b.sigmoid(o), b.tanh(c_next)), c_next
-
-    zeros = np.zeros((1, hidden), np.float32)
-    _, h, c = f.while_loop(lambda b, t, h, c: b.less(t, steps), body,
-                           [f.const(0, "int32"), f.const(zeros), f.const(zeros)])
-    f.ret(h, c)
-    return flow, weights
-
-
-def numpy_lstm(xs, weights):
-    w, u, bias = (weights[k].astype(np.float64) for k in ("W", "U", "b"))
-    hidden = u.shape[0]
-    h = c = np.zeros((1, hidden))
-    sigmoid = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
-    for x in xs.astype(np.float64):
-        i, f, g, o = np.split(x @ w + h @ u + bias, 4, axis=1)
-        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-        h = sigmoid(o) * np.tanh(c)
-    return h, c
-
-
 def test_lstm_over_a_thousand_steps():
     rng = np.random.default_rng()
-    flow, weights = lstm_flow(1000, 16, 32, rng)
+    weights = {name: rng.standard_normal(shape).astype(np.float32) * 0.3
+               for name, shape in (("W", (16, 128)), ("U", (32, 128)), ("b", (128,)))}
+    flow = lstm_flow(1000, weights)
     program = myelin.control.compile(flow)
     xs = rng.standard_normal((1000, 1, 16)).astype(np.float32)
     h, c = program.run("rnn", xs)
@@ -342,3 +308,16 @@ def test_functions_as_values():
         main.call(chosen, c)
     with pytest.raises(ShapeError, match="parameter twice/g of twice"):
         main.call("twice", main.partial("add"), y)     # takes two tensors, not one
+
+
+def test_a_constant_result_cannot_be_changed_by_the_caller():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.param("x", "float32")
+    f.ret(f.if_else(f.less(x, 0.0), lambda b: np.ones(2, np.float32), lambda b: b.const(
+        np.zeros(2, np.float32))))
+    program = myelin.control.compile(flow)
+    result = program.run("f", -1.0)
+    with pytest.raises(ValueError):
+        result[0] = 5
+    np.testing.assert_array_equal(program.run("f", -1.0), [1, 1])

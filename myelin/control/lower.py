@@ -74,7 +74,8 @@ class FunctionCode:
                 raise FlowError(f"function {self.func.name} reads {var.name}, which nothing "
                                 f"gives it (not a parameter, constant or earlier value)")
             register = self._new(var)
-            array = np.asarray(var.data, dtypes.to_numpy(var.dtype)).reshape(var.shape)
+            array = np.array(var.data, dtypes.to_numpy(var.dtype)).reshape(var.shape)
+            array.flags.writeable = False      # shared by every run: it may be a result
             self.instrs.append(Instr("push", (register, array)))
         return register
 

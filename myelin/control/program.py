@@ -100,6 +100,13 @@ class Program:
 
     def run(self, function, *args):
         """The results of ``function`` (a name) on ``args``: one array, or a tuple."""
+        values = self.arguments(function, *args)
+        results = run(self.code, self.thread_externals(), self.entries[function], values)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def arguments(self, function, *args):
+        """``args`` as the VM takes them for ``function``: arrays of its parameters' types
+        and shapes (InputError if they do not fit)."""
         func = self.flow.funcs.get(function)
         if func is None or function not in self.entries:
             raise InputError(f"the program has no function {function!r}; it has "
@@ -110,9 +117,7 @@ class Program:
         if len(args) != len(func.params):
             raise InputError(f"function {function} takes {len(func.params)} arguments "
                              f"({', '.join(p.name for p in func.params)}), got {len(args)}")
-        values = [_argument(param, value) for param, value in zip(func.params, args)]
-        results = run(self.code, self._externals(), self.entries[function], values)
-        return results[0] if len(results) == 1 else tuple(results)
+        return [_argument(param, value) for param, value in zip(func.params, args)]
 
     def function(self, name):
         """A Python callable running function ``name``."""
@@ -128,7 +133,8 @@ class Program:
             lines.extend(f"  {position:4}  {instr!r}" for position, instr in enumerate(instrs))
         return "\n".join(lines)
 
-    def _externals(self):
+    def thread_externals(self):
+        """The Externals (cell instances) of the calling thread, made on its first run."""
         externals = getattr(self._local, "externals", None)
         if externals is None:
             externals = [_external(self.network, *args) for args in self.externals]

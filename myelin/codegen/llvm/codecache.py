@@ -46,6 +46,7 @@ DEFAULT_SIZE_LIMIT = 2 << 30          # bytes; $MYELIN_CACHE_SIZE overrides (e.g
 @dataclasses.dataclass
 class Entry:
     """A loaded cache entry: object code, compile-time arrays and external symbol table."""
+    path: str
     object: bytes
     arrays: list
     symbols: list         # [(symbol, key)], as in Externals.table()
@@ -100,10 +101,10 @@ class CodeCache:
     def path(self, key):
         return os.path.join(self.directory, key + SUFFIX)
 
-    def load(self, key, fields):
-        """The entry stored for ``key`` if it is sound and was written for ``fields``, else
-        None (a missing entry silently, a bad one with a warning)."""
-        path = self.path(key)
+    def load(self, fields):
+        """The entry stored under the key of ``fields`` if it is sound and was written for
+        them, else None (a missing entry silently, a bad one with a warning)."""
+        path = self.path(self.key(fields))
         try:
             with open(path, "rb") as file:
                 header, payload = _read(file)
@@ -117,7 +118,7 @@ class CodeCache:
             return None
         try:
             start, size = header["object"]
-            entry = Entry(bytes(payload[start:start + size]),
+            entry = Entry(path, bytes(payload[start:start + size]),
                           [_array(payload, *spec) for spec in header["arrays"]],
                           [(symbol, tuple(key)) for symbol, key in header["symbols"]])
         except (ValueError, KeyError, TypeError) as error:
@@ -129,8 +130,8 @@ class CodeCache:
             pass
         return entry
 
-    def store(self, key, fields, object_bytes, arrays, symbols, description=None):
-        """Write the entry for ``key`` (atomically), then prune the cache if needed."""
+    def store(self, fields, object_bytes, arrays, symbols, description=None):
+        """Write the entry for ``fields`` (atomically), then prune the cache if needed."""
         layout, offset = [], _aligned(len(object_bytes))
         pieces = [object_bytes, bytes(offset - len(object_bytes))]
         for array in arrays:
@@ -149,7 +150,7 @@ class CodeCache:
         preamble = _PREAMBLE.pack(MAGIC, FORMAT, len(header))
         head = preamble + header
         head += bytes(_aligned(len(head)) - len(head))
-        if cachefiles.write_atomic(self.directory, key + SUFFIX, [head] + pieces):
+        if cachefiles.write_atomic(self.directory, self.key(fields) + SUFFIX, [head] + pieces):
             self._note_written(len(head) + offset)
 
     def entries(self):
