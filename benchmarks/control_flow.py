@@ -9,8 +9,11 @@ PyTorch's (uniform in +-1/sqrt(hidden)) and are the same for every system:
 1. myelin: a flow built with the Builder, the step inside ``while_loop`` (its input row read by
    ``gather``, the weights constants), compiled by ``myelin.control.compile`` (compile cache
    off, default threads) and timed through ``program.run("rnn", xs)``: the VM of
-   :mod:`myelin.control.vm` running the compiled cells; also compiled for one thread ("1t"),
-   for context;
+   :mod:`myelin.control.vm` running the compiled cells. The loop's body is one segment, so
+   by default its cell runs the whole loop (:mod:`myelin.control.loops`), with the input
+   projection x[t]·W computed for all steps before the loop; also compiled for one thread
+   ("1t"), and with native loops off ("stepwise": the VM runs each iteration, an
+   ``external`` and a ``tailbranch``, and the cell computes x[t]·W in every step);
 2. ONNX Runtime (its default threads, and one thread: "1t") running the same model as an ONNX
    ``Loop`` (opset 17; body: Gather of the step's row, MatMul, Add, Split, Sigmoid, Tanh,
    Mul; weights as initializers), and as an ONNX ``Scan`` over the rows of xs;
@@ -27,8 +30,8 @@ latency, its time per step and myelin's latency over the system's (below 1: myel
 faster), and whether the goal is met: myelin's VM at most 0.5x ONNX Runtime's time for the
 ``Loop`` version (default threads).
 
-Then the VM's own overhead, on ``myelin.control.vm.run`` called with the program's code,
-externals and prepared arguments:
+Then the VM's own overhead, on ``myelin.control.vm.run`` called with the stepwise program's
+code, externals and prepared arguments (the native loop runs no instruction per step):
 
 - one run with ``code`` a list that counts its reads gives the instructions executed (by
   opcode, and per loop iteration);
@@ -87,14 +90,15 @@ def lstm_weights(rng):
 
 
 # -- myelin ------------------------------------------------------------------------------
-def myelin_program(weights, threads=None):
+def myelin_program(weights, threads=None, native_loops=True):
     """The LSTM as a flow with a while_loop (``lstm_flow`` of tests/jitcheck.py), compiled
     for ``threads`` threads (default: myelin's)."""
     flow = lstm_flow(STEPS, weights)
     start = time.perf_counter()
-    program = myelin.control.compile(flow, cache=False, threads=threads)
-    print(f"  myelin compile (lower, peephole, LLVM{f', {threads} thread' if threads else ''}):"
-          f" {time.perf_counter() - start:.2f} s")
+    program = myelin.control.compile(flow, native_loops=native_loops, cache=False,
+                                     threads=threads)
+    print(f"  myelin compile (lower, peephole, LLVM{f', {threads} thread' if threads else ''}"
+          f"{'' if native_loops else ', stepwise'}): {time.perf_counter() - start:.2f} s")
     return program
 
 
@@ -213,8 +217,10 @@ def torch_lstm(weights, xs):
 # -- the comparison ----------------------------------------------------------------------
 
 def contenders(weights, xs):
-    """{system: (callable, its results as [h, c] arrays of shape [1, hidden])}."""
+    """(the stepwise program, {system: (callable, its results as [h, c] arrays of shape
+    [1, hidden])})."""
     program, single = myelin_program(weights), myelin_program(weights, threads=1)
+    stepwise = myelin_program(weights, native_loops=False)
     feed = {"xs": xs}
 
     def ort(model_bytes, threads=None):
@@ -225,11 +231,12 @@ def contenders(weights, xs):
     loop, scan, fused = onnx_loop(weights), onnx_scan(weights), onnx_lstm(weights)
     systems = {"myelin VM": lambda: program.run("rnn", xs),
                "myelin VM 1t": lambda: single.run("rnn", xs),
+               "myelin VM stepwise": lambda: stepwise.run("rnn", xs),
                "ORT Loop": ort(loop), "ORT Loop 1t": ort(loop, 1),
                "ORT Scan": ort(scan), "ORT Scan 1t": ort(scan, 1),
                "PyTorch LSTMCell": torch_lstm(weights, xs),
                "ORT LSTM op": ort(fused), "ORT LSTM op 1t": ort(fused, 1)}
-    return program, {name: (fn, flat) for name, fn in systems.items()}
+    return stepwise, {name: (fn, flat) for name, fn in systems.items()}
 
 
 def relative_difference(actual, expected):
@@ -400,7 +407,7 @@ def vm_overhead(program, xs, rounds=15):
 
     dispatch = time_call(replayed, 0.5, rounds) - time_call(replays_alone, 0.5, rounds)
 
-    print(f"\nThe VM's overhead (vm.run of the program; medians over {rounds} rounds)")
+    print(f"\nThe VM's overhead (vm.run of the stepwise program; medians over {rounds} rounds)")
     print(f"  instructions executed: {executed} ("
           + ", ".join(f"{name} {count}" for name, count in by_opcode.most_common())
           + f"), {per_iteration:.2f} per loop iteration")
@@ -434,8 +441,8 @@ def summary(times, overhead):
               f"| {base / seconds:.2f} |")
     print(f"\nGoal: myelin VM / ORT Loop <= {GOAL}: {'met' if base / loop <= GOAL else 'not met'}"
           f" ({base / loop:.2f}; on one thread each, myelin VM 1t / ORT Loop 1t: "
-          f"{times['myelin VM 1t'] / times['ORT Loop 1t']:.2f}). The cells' compute() alone, "
-          f"summed over the calls, is "
+          f"{times['myelin VM 1t'] / times['ORT Loop 1t']:.2f}). Stepwise, the cells' compute() "
+          f"alone, summed over the calls, is "
           f"{format_seconds(overhead['compute'])}: {overhead['compute'] / loop:.2f} of ORT "
           f"Loop's time.\n")
     executed = overhead["executed"]
@@ -458,10 +465,10 @@ def main():
     xs = rng.standard_normal((STEPS, 1, INPUTS), dtype=np.float32)
     print(f"LSTM over {STEPS} steps, batch 1, input {INPUTS}, hidden {HIDDEN}; "
           f"torch threads {torch.get_num_threads()}")
-    program, systems = contenders(weights, xs)
+    stepwise, systems = contenders(weights, xs)
     check(systems, numpy_lstm(xs, weights))
     times = timings(systems)
-    overhead = vm_overhead(program, xs)
+    overhead = vm_overhead(stepwise, xs)
     summary(times, overhead)
 
 

@@ -9,6 +9,7 @@ bound to this network's globals. ``Compiler().emit(flow, triple)`` compiles for 
 target, to assembly or an object file.
 """
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -18,6 +19,7 @@ import time
 import llvmlite.ir as ir
 
 from myelin import optimize
+from myelin.optimize import loops
 from myelin.codegen.llvm import codecache, elementwise, engine, kernels, tuning
 from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
@@ -27,7 +29,8 @@ from myelin.errors import CompileError, FlowError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
 from myelin.ops import control, registry
 from myelin.plan import memory
-from myelin.plan.cell import CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Step, TensorSpec
+from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat, Step,
+                              TensorSpec)
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
 
@@ -63,6 +66,10 @@ class Compiler:
     ~/.cache/myelin/code, unless $MYELIN_CACHE is "off"; a directory or a CodeCache uses that;
     False keeps nothing. ``timings`` has a "cache" phase instead of "emit" and "llvm" when the
     code came from the cache.
+    ``loops`` maps function names to (condition, [(output, input), ...]), variable names:
+    the cell of such a function loops, running its steps again while the condition (a
+    one-element output) is true, each output first copied over its input (a loop whose body
+    is one cell; :mod:`myelin.control` makes them).
     ``progress`` is called as compiling goes, ``progress(phase, done, total)``: with done = 0
     as each phase starts ("optimize", "plan", "tune", "cache", "emit", "llvm"), after each
     step emitted with the steps done of the total, and with "done" at the end.
@@ -71,7 +78,7 @@ class Compiler:
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
                  threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
-                 progress=None):
+                 loops=None, progress=None):
         self.target = targets.host(features)
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
@@ -86,6 +93,7 @@ class Compiler:
         self.profile = bool(profile)
         self.tune = bool(tune)
         self.tuning_cache = tuning_cache
+        self.loops = dict(loops or {})
         if cache is None:
             off = os.environ.get("MYELIN_CACHE", "").strip().lower() in _CACHE_OFF
             cache = False if off else codecache.CodeCache()
@@ -108,8 +116,8 @@ class Compiler:
             self.progress("tune", 0, 0)
             start = time.perf_counter()
             tuner = tuning.Tuner(self.target, self.threads, self.alignment, self.tuning_cache)
-            for _, steps, _, _ in planned:
-                tuner.tune(steps)
+            for cell in planned:
+                tuner.tune(cell.steps)
             self.timings["tune"] = time.perf_counter() - start
 
         if self.cache:
@@ -123,9 +131,10 @@ class Compiler:
         code, packed = loaded or self._generate(planned, symbols, counters, fields)
 
         cells = []
-        for name, steps, tensors, (size, unshared) in planned:
-            cells.append(Cell(name, tensors, steps, code.address(symbols[name]), size, unshared,
-                              self.alignment, counters[symbols[name]]))
+        for cell in planned:
+            symbol = symbols[cell.name]
+            cells.append(Cell(cell.name, cell.tensors, cell.steps, code.address(symbol),
+                              *cell.sizes, self.alignment, counters[symbol]))
         network = Network(cells, arrays, code, self.target, flow, packed)
         network.dumps = code.dumps
         self.progress("done", 0, 0)
@@ -153,7 +162,7 @@ class Compiler:
 
     def _prepare(self, flow, target):
         """Optimize a copy of ``flow`` and plan its functions for ``target``: returns (the
-        optimized flow, [(function name, steps, tensors, sizes)], its globals by name)."""
+        optimized flow, a :class:`PlannedCell` per function, its globals by name)."""
         self.progress("optimize", 0, 0)
         start = time.perf_counter()
         calls = [op.name for op in flow.ops.values() if control.is_control(op)]
@@ -164,6 +173,8 @@ class Compiler:
         flow.infer_inputs_and_outputs()
         flow.verify()
         flow = flow.copy()
+        for name, (_, feedback) in self.loops.items():
+            loops.project_rows(flow, flow.funcs[name], {state for _, state in feedback})
         self.report = optimize.optimize(flow, self.opt_level, self.disable_passes,
                                         self.dump_flow, self.debug,
                                         fusable=elementwise.supported)
@@ -183,10 +194,10 @@ class Compiler:
         """The function symbol of each cell by name, and its profile counters by symbol
         (None without the profiler)."""
         symbols, counters = {}, {}
-        for name, steps, _, _ in planned:
-            symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in name)
-            symbols[name] = f"{symbol}_{len(symbols)}"
-            counters[symbols[name]] = profile_counters(steps) if self.profile else None
+        for cell in planned:
+            symbol = "cell_" + "".join(c if c.isalnum() else "_" for c in cell.name)
+            symbols[cell.name] = f"{symbol}_{len(symbols)}"
+            counters[symbols[cell.name]] = profile_counters(cell.steps) if self.profile else None
         return symbols, counters
 
     def _emit_module(self, planned, symbols, counters, target):
@@ -196,10 +207,11 @@ class Compiler:
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
-        for name, steps, _, _ in planned:
-            emit_cell(module, symbols[name], steps, target, self.alignment, self.threads,
-                      externals, counters[symbols[name]],
-                      lambda: self.progress("emit", next(done), total))
+        for cell in planned:
+            symbol = symbols[cell.name]
+            emit_cell(module, symbol, cell.steps, target, self.alignment, self.threads,
+                      externals, counters[symbol],
+                      lambda: self.progress("emit", next(done), total), cell.repeat)
         self.progress("llvm", 0, 0)
         return module, externals
 
@@ -228,11 +240,11 @@ class Compiler:
         except FlowError:
             return None
         steps = [[step.name, step.kernel.kernel_name(step), step.variant, step.choice]
-                 for _, function_steps, _, _ in planned for step in function_steps]
+                 for cell in planned for step in cell.steps]
         fields = {**codecache.environment(), "flow": digest, "steps": steps,
                   "options": {"opt_level": self.opt_level, "reuse_memory": self.reuse_memory,
                               "alignment": self.alignment, "threads": self.threads,
-                              "profile": self.profile},
+                              "profile": self.profile, "loops": self.loops},
                   "triple": self.target.triple, "cpu": self.target.cpu,
                   "features": self.target.features}
         return json.loads(json.dumps(fields, default=str))
@@ -272,26 +284,61 @@ class Compiler:
             return spec
 
         steps = []
-        for op in flow.order(func):
+        looping = func.name in self.loops
+        order = flow.order(func)
+        if looping:      # what does not change from round to round first, run once
+            state = {state for _, state in self.loops[func.name][1]}
+            invariant = loops.invariant_ops(flow, func, state)
+            hoisted = set(map(id, invariant))
+            order = invariant + [op for op in order if id(op) not in hoisted]
+        for op in order:
             step = Step(op.name, op.type, [spec_of(v) for v in op.inputs],
                         [spec_of(v) for v in op.outputs], op.attrs, op=op)
             step.kernel = kernels.select(step, target)
             if step.kernel is not None:
                 step.variant = step.kernel.variant(step, target)
-                if step.kernel.view(step) and self._may_view(step):
+                if step.kernel.view(step) and self._may_view(step, looping):
                     step.outputs[0].view_of = step.inputs[0]
             steps.append(step)
+        start = len(invariant) if looping else None
         sizes = None
         if all(step.kernel is not None for step in steps):
-            sizes = memory.plan(steps, tensors, self.reuse_memory)
-        return func.name, steps, tensors, sizes
+            sizes = memory.plan(steps, tensors, self.reuse_memory, start)
+        repeat = self._repeat(func.name, tensors, start) if looping else None
+        return PlannedCell(func.name, steps, tensors, sizes, repeat)
 
     @staticmethod
-    def _may_view(step):
+    def _may_view(step, looping):
         source, out = step.inputs[0], step.outputs[0]
-        if (source.root().is_global or source.root().ref) and out.kind in (OUTPUT, INPUT):
+        if (source.root().is_global or source.root().ref or looping) \
+                and out.kind in (OUTPUT, INPUT):
             return False       # an output of its own, not the caller's or a global's bytes
-        return out.kind != INPUT
+        return out.kind != INPUT       # (nor, in a loop, an input's it is copied over)
+
+    def _repeat(self, name, tensors, start):
+        """The :class:`Repeat` of looping function ``name``, its loop from step ``start``."""
+        condition, feedback = self.loops[name]
+        specs = {spec.name: spec for spec in tensors}
+
+        def spec(var, kinds):
+            found = specs.get(var)
+            if found is None or found.kind not in kinds or found.ref:
+                raise CompileError(f"the loop of cell {name} needs {var} as a "
+                                   f"{' or '.join(kinds)} of its own, which it is not")
+            return found
+
+        condition = spec(condition, (OUTPUT,))
+        if condition.elements != 1:
+            raise CompileError(f"the loop condition {condition.name} of cell {name} has "
+                               f"{condition.elements} elements, not one")
+        pairs = []
+        for output, state in feedback:
+            output, state = spec(output, (OUTPUT,)), spec(state, (INPUT,))
+            if (output.dtype, output.elements) != (state.dtype, state.elements):
+                raise CompileError(f"the loop of cell {name} copies {output.type_string()} "
+                                   f"{output.name} over {state.type_string()} {state.name}")
+            pairs.append((output, state))
+        return Repeat(condition, pairs, start)
 
     def _make_spec(self, var, kind):
         if not var.dtype:
@@ -308,8 +355,8 @@ class Compiler:
     @staticmethod
     def _check_supported(planned):
         missing = []
-        for _, steps, _, _ in planned:
-            for step in steps:
+        for cell in planned:
+            for step in cell.steps:
                 if step.kernel is None:
                     known = registry.find(step.type) is not None
                     why = "no CPU kernel supports" if known else "unknown op type"
@@ -335,5 +382,16 @@ class Compiler:
         return arrays
 
 
+@dataclasses.dataclass
+class PlannedCell:
+    """A function planned for code generation: its steps in order, its tensors, its
+    (instance size, size without reuse) and its :class:`Repeat` if it loops."""
+    name: str
+    steps: list
+    tensors: list
+    sizes: tuple
+    repeat: Repeat = None
+
+
 def _steps_with_code(planned):
-    return sum(not step.noop for _, steps, _, _ in planned for step in steps)
+    return sum(not step.noop for cell in planned for step in cell.steps)

@@ -128,8 +128,9 @@ def resident_bytes():
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
 def test_a_million_tail_calls_in_bounded_memory():
     """The loop's memory, sampled while it runs, stays flat: a frame per iteration would
-    take over 100 MB."""
-    program = myelin.control.compile(counting_flow())
+    take over 100 MB. The VM runs every iteration (no native loop)."""
+    program = myelin.control.compile(counting_flow(), native_loops=False)
+    assert "tailbranch" in program.listing()
     assert program.run("count", 10_000) == 10_000
     before, peak, done = resident_bytes(), [0], threading.Event()
 
@@ -170,6 +171,49 @@ def test_nested_ifs_inside_a_loop():
         expected = sum(3 if i % 3 == 0 else -1 if i % 2 == 0 else i for i in range(count))
         assert program.run("nested", count) == expected
         assert run_reference(flow, "nested", np.int32(count)) == expected
+
+
+def test_a_loop_whose_body_is_one_cell_runs_in_it():
+    """The LSTM's loop function becomes one looping external and a tail call of its exit;
+    its input projection x[t]·W is computed for every step at once, before the loop, and
+    the results equal those of the VM running every iteration."""
+    rng = np.random.default_rng()
+    weights = {name: rng.standard_normal(shape).astype(np.float32) * 0.3
+               for name, shape in (("W", (16, 128)), ("U", (32, 128)), ("b", (128,)))}
+    flow = lstm_flow(50, weights)
+    native = myelin.control.compile(flow)
+    stepwise = myelin.control.compile(flow, native_loops=False)
+    assert [i.op for i in native.codes["rnn/while"]] == ["pad_stack", "external",
+                                                         "tailcall_graph"]
+    assert "looping" in native.listing() and "looping" not in stepwise.listing()
+    segment = native.codes["rnn/while"][1].args[0]
+    steps = native.network.cell(segment.name).steps
+    assert any(s.type.endswith("MatMul") and list(s.outputs[0].shape) == [50, 128]
+               for s in steps)
+    xs = rng.standard_normal((50, 1, 16)).astype(np.float32)
+    for got, expected in zip(native.run("rnn", xs), stepwise.run("rnn", xs)):
+        assert relative_error(got, expected) < 1e-5
+
+
+def test_a_native_loop_copies_large_state():
+    """State of 16 KiB and more, bound by reference when the VM runs the loop, is copied into
+    a looping cell (which overwrites it); the caller's array is left as it was."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "grow")
+    x = f.param("x", "float32", [64, 80])
+    _, y = f.while_loop(lambda b, i, v: b.less(b.norm(v), 1000.0),
+                        lambda b, i, v: [b.add(i, 1), b.add(b.mul(v, 1.5), 0.25)],
+                        [f.const(0, "int32"), x])
+    f.ret(y)
+    program = myelin.control.compile(flow)
+    assert "looping" in program.listing()
+    xv = np.random.default_rng().random((64, 80), dtype=np.float32)
+    before = xv.copy()
+    expected = xv.astype(np.float64)
+    while np.linalg.norm(expected) < 1000:
+        expected = expected * 1.5 + 0.25
+    assert relative_error(program.run("grow", xv), expected) < 1e-5
+    np.testing.assert_array_equal(xv, before)
 
 
 def test_unoptimized_program_computes_the_same():

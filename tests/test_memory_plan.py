@@ -88,3 +88,16 @@ def test_live_values_never_overlap_in_a_compiled_network():
     data.compute()
     expected = myelin.reference.run(flow, "f", {x: value})["f/y"]
     np.testing.assert_allclose(np.asarray(data["f/y"]), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_made_before_a_loop_lives_through_it():
+    """In a cell looping from step 1, t0 (made by step 0, which runs once) is read in every
+    round: its space is never given to a later local, as it would be without the loop."""
+    steps, tensors = _chain(4, inplace=False)
+    memory.plan(steps, tensors, loop_start=1)
+    t0 = tensors[1]
+    assert t0.last == len(steps)
+    assert all(t.offset != t0.offset for t in tensors[2:-1])
+    steps, tensors = _chain(4, inplace=False)
+    memory.plan(steps, tensors)
+    assert any(t.offset == tensors[1].offset for t in tensors[2:-1])

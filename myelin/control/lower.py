@@ -27,11 +27,14 @@ from myelin.ops.control import is_control
 @dataclasses.dataclass
 class Segment:
     """A linear segment: tensor ops of one function, compiled into one cell. ``inputs`` and
-    ``outputs`` are the variables it reads from and gives to the rest of the function."""
+    ``outputs`` are the variables it reads from and gives to the rest of the function;
+    ``loop`` says how the cell repeats itself, if it runs a whole loop
+    (:mod:`myelin.control.loops`)."""
     name: str
     ops: list
     inputs: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
+    loop: object = None
 
 
 @dataclasses.dataclass
@@ -46,7 +49,7 @@ class Instr:
 
 def _operand_text(value):
     if isinstance(value, Segment):
-        return f"<{value.name}: {len(value.ops)} ops>"
+        return f"<{value.name}: {len(value.ops)} ops{', looping' if value.loop else ''}>"
     if isinstance(value, np.ndarray):
         return f"const{list(value.shape)}"
     return repr(value)

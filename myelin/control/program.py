@@ -5,7 +5,8 @@
 1. ``lower`` (:mod:`myelin.control.lower`): wrap constants, split each function with a
    signature into linear segments and control nodes, and compile it to instructions;
 2. ``optimize`` (:mod:`myelin.control.peephole`): direct calls, tail calls, merged externals,
-   dead pushes;
+   dead pushes; then (:mod:`myelin.control.loops`) loops whose body is one segment become
+   cells that loop by themselves;
 3. ``compile_segments``: every segment of every function becomes a function of one new flow,
    compiled by :class:`myelin.Compiler` into one network of cells (one LLVM module);
 4. ``link`` (:mod:`myelin.control.link`): one list of VM code;
@@ -17,7 +18,7 @@ import threading
 
 import numpy as np
 
-from myelin.control import peephole
+from myelin.control import loops, peephole
 from myelin.control.link import link
 from myelin.control.lower import FunctionCode
 from myelin.control.vm import External, run
@@ -29,10 +30,10 @@ from myelin.ops.control import FUNCTION
 REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
 
 
-def compile(flow, optimize=True, **compiler_options):
+def compile(flow, optimize=True, native_loops=True, **compiler_options):
     """Compile every function of ``flow`` that has a signature; returns a :class:`Program`.
-    ``optimize`` runs the peephole step; ``compiler_options`` go to :class:`myelin.Compiler`
-    for the cells."""
+    ``optimize`` runs the peephole step and, with ``native_loops``, the native-loop step;
+    ``compiler_options`` go to :class:`myelin.Compiler` for the cells."""
     functions = [func for func in flow.funcs.values() if func.results is not None]
     if not functions:
         raise FlowError("the flow has no function with a signature (param()s and ret())")
@@ -45,6 +46,8 @@ def compile(flow, optimize=True, **compiler_options):
     codes = {func.name: FunctionCode(func, names).lower(flow).instrs for func in functions}
     if optimize:
         codes = {name: peephole.optimize(instrs) for name, instrs in codes.items()}
+        if native_loops:
+            codes = loops.native_loops(codes)
     externals = [i.args for instrs in codes.values() for i in instrs if i.op == "external"]
     network = compile_segments([segment for segment, _, _ in externals], compiler_options)
     code, entries = link(codes, {s.name: index for index, (s, _, _) in enumerate(externals)})
@@ -53,12 +56,13 @@ def compile(flow, optimize=True, **compiler_options):
 
 def compile_segments(segments, compiler_options):
     """One network with a cell per segment, named after it. A segment's large inputs are
-    reference inputs (bound to the VM's arrays without a copy), small ones are copied in; its
-    variables are named ``<segment>/<variable>``, its constants keep their names (shared by
-    the cells)."""
+    reference inputs (bound to the VM's arrays without a copy), small ones (and a looping
+    segment's state) are copied in; its variables are named ``<segment>/<variable>``, its
+    constants keep their names (shared by the cells)."""
     from myelin.compiler import Compiler
 
     flow = Flow()
+    repeats = {}
     for segment in segments:
         func = flow.func(segment.name)
         local = {}
@@ -73,15 +77,23 @@ def compile_segments(segments, compiler_options):
                 local[id(var)] = made
             return local[id(var)]
 
+        references = _references(segment)
         for var in segment.inputs:
             copy(var).is_input = True
-            copy(var).ref = _by_reference(var)
+            copy(var).ref = id(var) in references
         for op in segment.ops:
             flow.op(f"{segment.name}/{op.name}", op.type, func, [copy(v) for v in op.inputs],
                     [copy(v) for v in op.outputs], op.attrs)
         for var in segment.outputs:
             copy(var).is_output = True
-    return Compiler(**compiler_options).compile(flow) if segments else None
+        if segment.loop is not None:
+            outputs = [copy(v).name for v in segment.outputs]
+            inputs = [copy(v).name for v in segment.inputs]
+            repeats[segment.name] = (outputs[segment.loop.condition],
+                                     [(outputs[o], inputs[i]) for o, i in segment.loop.feedback])
+    if not segments:
+        return None
+    return Compiler(**compiler_options, loops=repeats).compile(flow)
 
 
 class Program:
@@ -147,14 +159,18 @@ def _external(network, segment, inputs, outputs):
     def named(var):
         return f"{segment.name}/{var.name}"
 
+    references = _references(segment)
     return External(network.cell(segment.name), list(zip(map(named, segment.inputs), inputs)),
                     list(zip(map(named, segment.outputs), outputs)),
-                    {named(v) for v in segment.inputs if _by_reference(v)})
+                    {named(v) for v in segment.inputs if id(v) in references})
 
 
-def _by_reference(var):
-    """True for inputs bound in place rather than copied into their cell's instance."""
-    return var.elements * dtypes.itemsize(var.dtype) >= REFERENCE_BYTES
+def _references(segment):
+    """The ids of the inputs of ``segment`` bound in place rather than copied into its cell's
+    instance: large ones, unless the cell loops and copies its outputs over them."""
+    state = {i for _, i in segment.loop.feedback} if segment.loop else set()
+    return {id(var) for index, var in enumerate(segment.inputs)
+            if index not in state and var.elements * dtypes.itemsize(var.dtype) >= REFERENCE_BYTES}
 
 
 def _argument(param, value):

@@ -5,7 +5,7 @@ the instance block, or the address of a global owned by the network), its size, 
 live range, and which other tensor's storage it shares. A reference input (a variable flagged
 ``ref``) keeps only a pointer in the instance block: the caller binds an array of its own to
 it, which the cell reads without a copy. A :class:`Step` is an operation with
-its chosen kernel.
+its chosen kernel. A :class:`Repeat` makes a cell loop over its steps.
 """
 
 import dataclasses
@@ -92,3 +92,15 @@ class Step:
     @property
     def noop(self):
         return all(out.view_of is not None for out in self.outputs) and bool(self.outputs)
+
+
+@dataclasses.dataclass(eq=False)
+class Repeat:
+    """A cell that loops: it runs its steps from step ``start`` on again while ``condition``
+    (a one-element output) is true, first copying each output of ``feedback`` ((output,
+    input) pairs) over its input. The inputs copied over are the loop's state; the steps
+    before ``start`` depend on none of them and run once."""
+
+    condition: TensorSpec
+    feedback: list
+    start: int = 0

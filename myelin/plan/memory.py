@@ -2,7 +2,9 @@
 
 Inputs and outputs of a cell keep their own space for the whole call (the caller writes the
 one and reads the other). A local tensor lives from the step that writes it to the last step
-that reads it (views extend the range of the tensor they view). Locals are placed first-fit,
+that reads it (views extend the range of the tensor they view); in a cell that loops from
+step ``loop_start`` on, a tensor written before that step and read in the loop lives to the
+end. Locals are placed first-fit,
 in order of first use, into space freed by tensors whose range has ended, and an element-wise
 step may write its output over an input that dies at that step (its kernel says which).
 """
@@ -14,8 +16,9 @@ def _align(value, alignment):
     return (value + alignment - 1) // alignment * alignment
 
 
-def live_ranges(steps, tensors):
-    """Set ``first``/``last`` step indices on every instance tensor (views count for their root)."""
+def live_ranges(steps, tensors, loop_start=None):
+    """Set ``first``/``last`` step indices on every instance tensor (views count for their
+    root; see the module for ``loop_start``)."""
     for tensor in tensors:
         tensor.first, tensor.last = -1, -1
     end = len(steps)
@@ -26,9 +29,11 @@ def live_ranges(steps, tensors):
                 root.first = index
             root.last = max(root.last, index)
     for tensor in tensors:
+        root = tensor.root()
         if tensor.kind in (INPUT, OUTPUT):
-            root = tensor.root()
             root.first, root.last = 0, end
+        elif loop_start is not None and root.first < loop_start <= root.last:
+            root.last = end
 
 
 class _FreeList:
@@ -69,13 +74,14 @@ class _FreeList:
         self.free = merged
 
 
-def plan(steps, tensors, reuse=True):
+def plan(steps, tensors, reuse=True, loop_start=None):
     """Assign ``offset`` to every instance tensor; returns (instance size, size without reuse).
 
-    ``steps`` are in execution order; each step's kernel may answer ``inplace(step)`` with
-    the indices of inputs whose storage its first output can take over.
+    ``steps`` are in execution order (looping from ``loop_start``, if given); each step's
+    kernel may answer ``inplace(step)`` with the indices of inputs whose storage its first
+    output can take over.
     """
-    live_ranges(steps, tensors)
+    live_ranges(steps, tensors, loop_start)
     owners = [t for t in tensors if t.in_instance and t.view_of is None]
     unshared_size = 0
     for tensor in owners:

@@ -5,6 +5,8 @@ constant offsets from ``instance``, globals through external symbols bound to th
 when the code is loaded (:mod:`myelin.codegen.llvm.externals`). It returns 0, or
 1 + the position of the step that found bad input at run time (an index out of range, see
 :meth:`EmitContext.fail_if`); the runtime turns that into an InputError naming the step.
+A cell with a :class:`~myelin.plan.cell.Repeat` loops: after its last step it copies outputs
+over inputs and branches back to its first step while the condition holds.
 
 With profile counters (``Compiler(profile=True)``), the function reads the CPU's cycle
 counter on entry, around every step that has code, and before every return, and atomically
@@ -18,6 +20,7 @@ import numpy as np
 
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels import EmitContext
+from myelin.codegen.llvm.kernels.movement import copy
 from myelin.errors import CompileError, MyelinError
 
 # Profile counters: row 0 is the whole function, row 1 + i is step i; columns below.
@@ -53,11 +56,12 @@ def read_counter(builder, target):
 
 
 def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, externals=None,
-              counters=None, on_step=None):
+              counters=None, on_step=None, repeat=None):
     """Add the function ``symbol`` computing ``steps`` to ``module``; kernels may split work
     over ``threads`` and add the addresses they use (globals, packed weights) to
     ``externals``. ``counters`` (from :func:`profile_counters`) compiles the profiler in;
-    ``on_step()`` is called after each step with code is emitted."""
+    ``on_step()`` is called after each step with code is emitted; ``repeat`` (a
+    :class:`~myelin.plan.cell.Repeat`) makes the steps a loop."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -70,14 +74,14 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, exte
     if counters is not None:
         base = ctx.externals.pointer(builder, ("counters", symbol), counters.ctypes.data, 8)
         profiler = _Profiler(builder, target, counters, base, len(steps))
+    head = None
     for position, step in enumerate(steps):
+        if repeat is not None and position == repeat.start:
+            head = _start_block(builder, "repeat")
         ctx.status = position + 1
         if step.noop:
             continue
-        # Each step starts in a fresh block, named after it, for readable IR dumps.
-        block = function.append_basic_block(_block_name(step.name))
-        builder.branch(block)
-        builder.position_at_end(block)
+        _start_block(builder, _block_name(step.name))  # named after it, for readable dumps
         start = profiler.read() if profiler else None
         try:
             step.kernel.emit(ctx, step)
@@ -90,10 +94,40 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, exte
             profiler.count(1 + position, start)
         if on_step:
             on_step()
+    if repeat is not None:
+        _emit_repeat(ctx, repeat, head or _start_block(builder, "repeat"))
     builder.ret(ir.Constant(irutil.I32, 0))
     if profiler:
         profiler.count_returns(function)
     return function
+
+
+def _start_block(builder, name):
+    """Continue in a new block ``name`` (each step starts in one); returns it."""
+    block = builder.function.append_basic_block(name)
+    builder.branch(block)
+    builder.position_at_end(block)
+    return block
+
+
+def _emit_repeat(ctx, repeat, head):
+    """Branch back to ``head`` while ``repeat.condition`` is nonzero, after copying each
+    feedback output over its input."""
+    b = ctx.builder
+    condition = repeat.condition
+    value = irutil.load(b, ctx.pointer(condition), condition.dtype)
+    if irutil.is_float(value.type):
+        value = b.fcmp_unordered("!=", value, ir.Constant(value.type, 0))
+    elif value.type != irutil.I1:
+        value = b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    again = b.function.append_basic_block("repeat_again")
+    done = b.function.append_basic_block("repeat_done")
+    b.cbranch(value, again, done)
+    b.position_at_end(again)
+    for output, state in repeat.feedback:
+        copy(ctx, (output.elements,), ctx.operand(output, (1,)), ctx.operand(state, (1,)))
+    b.branch(head)
+    b.position_at_end(done)
 
 
 class _Profiler:
