@@ -14,6 +14,7 @@ from myelin.errors import (CompileError, FlowError, FlowFormatError, InputError,
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
 from myelin.flow.builder import Builder
 from myelin import reference
+from myelin.autodiff import gradient
 
 __version__ = "0.1.0"
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from myelin.errors import InputError, ShapeError
 from myelin.ops.common import (ANY, FLOAT, INDEX, NUMERIC, check_dtype, common_dtype,
+                               gradient_error, scatter_add,
                                constant_int, constant_ints, error, normalize_axis, runtime_ints,
                                shape_fits)
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
@@ -266,28 +267,126 @@ def _pooling(pool, domain):
     return infer, reference
 
 
+# Gradients (see myelin.autodiff.context).
+def _transpose_gradient(g):
+    perm = _perm(g.op, g.op.inputs[0].rank)
+    g.add(0, g.b.transpose(g.dy, [int(axis) for axis in np.argsort(perm)]))
+
+
+def _reshape_gradient(g):
+    g.add(0, g.b.reshape(g.dy, list(g.op.inputs[0].shape)))
+
+
+def _concat_gradient(g):
+    """Each part gets its slice of the adjoint."""
+    parts = g.op.inputs[:-1]
+    axis = normalize_axis(g.op, constant_int(g.op, -1, "axis"), parts[0].rank)
+    offset = 0
+    for index, part in enumerate(parts):
+        if g.needs(index):
+            begin = [offset if a == axis else 0 for a in range(part.rank)]
+            g.add(index, g.b.slice(g.dy, begin, list(part.shape)))
+        offset += part.shape[axis]
+
+
+def _split_gradient(g):
+    """The adjoints of the parts (zeros for parts without one), concatenated."""
+    x = g.op.inputs[0]
+    axis = normalize_axis(g.op, constant_int(g.op, 2, "axis"), x.rank)
+    parts = [g.adjoint(i) if g.adjoint(i) is not None else g.zeros(out.dtype, out.shape)
+             for i, out in enumerate(g.op.outputs)]
+    g.add(0, g.b.concat(parts, axis=axis) if len(parts) > 1 else parts[0])
+
+
+def _slice_gradient(g):
+    """The adjoint padded with zeros back to the input's shape."""
+    x = g.op.inputs[0]
+    begin, size = constant_ints(g.op, 1, "begin"), constant_ints(g.op, 2, "size")
+    if begin is None or size is None:
+        raise gradient_error(g.op, "for a slice whose begin and size are not constant")
+    bounds = _slice_bounds(g.op, x.shape, begin, size)
+    pads = [start for start, _ in bounds] + [dim - end for dim, (_, end) in zip(x.shape, bounds)]
+    g.add(0, g.b.op("Pad", [g.dy], attrs={"pads": pads}))
+
+
+def _gather_gradient(g):
+    """A scatter-add of the adjoint into zeros of the params' shape (entries moved to axis 0
+    first for another axis); with an oov row, bad indices add to it instead."""
+    op, b = g.op, g.b
+    params, indices = op.inputs[:2]
+    axis = normalize_axis(op, attribute(op, "axis"), params.rank)
+    index, dy = g.input(1), g.dy
+    if len(op.inputs) == 3:
+        valid = b.logical_and(b.greater_equal(index, 0), b.less(index, params.shape[0]))
+        rows = b.reshape(valid, list(indices.shape) + [1] * (params.rank - 1))
+        if g.needs(2):
+            g.add(2, b.select(b.logical_not(rows), dy))
+        index, dy = b.select(valid, index), b.select(rows, dy)
+    if not g.needs(0):
+        return
+    shape = list(params.shape)
+    moved = [shape[axis]] + shape[:axis] + shape[axis + 1:]
+    if axis and indices.rank:    # the index axes first, as ScatterND wants them
+        end = axis + indices.rank
+        dy = b.transpose(dy, list(range(axis, end)) + list(range(axis)) +
+                         list(range(end, dy.rank)))
+    total = scatter_add(g, params.dtype, moved, b.reshape(index, list(indices.shape) + [1]), dy)
+    if axis:
+        total = b.transpose(total, list(range(1, axis + 1)) + [0] +
+                            list(range(axis + 1, len(shape))))
+    g.add(0, total)
+
+
+def _pooling_gradient(g):
+    """GatherSum and GatherAvg: each selected row gets its row of the adjoint (divided by the
+    selection's size for GatherAvg); indices from the first negative one on select nothing."""
+    op, b = g.op, g.b
+    params, indices = op.inputs
+    batch, n = indices.shape if indices.rank == 2 else (1, indices.shape[0])
+    row, ones = list(params.shape[1:]), [1] * (params.rank - 1)
+    index = b.reshape(g.input(1), [batch, n])
+    ended = b.op("CumSum", [b.cast(b.less(index, 0), "int32")], attrs={"axis": 1})
+    valid = b.equal(ended, 0)
+    dy = b.reshape(g.dy, [batch, 1] + row)
+    if op.type == "GatherAvg":
+        count = b.maximum(b.sum(b.cast(valid, params.dtype), 1, keepdims=True), 1.0)
+        dy = b.div(dy, b.reshape(count, [batch, 1] + ones))
+    updates = b.reshape(b.select(b.reshape(valid, [batch, n] + ones), dy), [batch * n] + row)
+    positions = b.reshape(b.select(valid, index), [batch * n, 1])
+    g.add(0, scatter_add(g, params.dtype, params.shape, positions, updates))
+
+
 def _define_all():
     register(OpDef("Transpose", Kind.INJECTIVE, _transpose_infer, _transpose_reference,
-                   attrs={"perm": None}, doc="permute axes (default: reverse them)"))
+                   attrs={"perm": None}, doc="permute axes (default: reverse them)",
+                   gradient=_transpose_gradient))
     register(OpDef("Reshape", Kind.INJECTIVE, _reshape_infer, _reshape_reference,
                    attrs={"shape": None}, inputs=(1, 2),
-                   doc="same elements in a new shape (one -1 is inferred)"))
+                   doc="same elements in a new shape (one -1 is inferred)",
+                   gradient=_reshape_gradient))
     register(OpDef("Concat", Kind.INJECTIVE, _concat_infer, _concat_reference, attrs={"N": None},
-                   inputs=(2, None), doc="join x1..xN along a constant axis (last input)"))
+                   inputs=(2, None), doc="join x1..xN along a constant axis (last input)",
+                   gradient=_concat_gradient))
     register(OpDef("Split", Kind.INJECTIVE, _split_infer, _split_reference, inputs=(3, 3),
-                   outputs=None, doc="cut x into num_splits equal parts along axis"))
+                   outputs=None, doc="cut x into num_splits equal parts along axis",
+                   gradient=_split_gradient))
     register(OpDef("Slice", Kind.INJECTIVE, _slice_infer, _slice_reference, inputs=(3, 3),
-                   doc="the block of x starting at begin with extent size"))
+                   doc="the block of x starting at begin with extent size",
+                   gradient=_slice_gradient))
     register(OpDef("Gather", Kind.INJECTIVE, _gather_infer, _gather_reference, inputs=(2, 3),
                    attrs={"axis": 0},
                    doc="rows of params at indices (bad indices read the oov row), or entries "
-                       "along attribute axis"))
-    for optype, pool, domain, doc in [
-            ("GatherSum", np.sum, NUMERIC, "sum of the rows of params selected by indices"),
-            ("GatherAvg", np.mean, FLOAT, "mean of the rows of params selected by indices"),
-            ("GatherMax", np.max, NUMERIC, "maximum of the rows of params selected by indices")]:
+                       "along attribute axis", gradient=_gather_gradient))
+    for optype, pool, domain, gradient, doc in [
+            ("GatherSum", np.sum, NUMERIC, _pooling_gradient,
+             "sum of the rows of params selected by indices"),
+            ("GatherAvg", np.mean, FLOAT, _pooling_gradient,
+             "mean of the rows of params selected by indices"),
+            ("GatherMax", np.max, NUMERIC, None,
+             "maximum of the rows of params selected by indices")]:
         infer, reference = _pooling(pool, domain)
-        register(OpDef(optype, Kind.OPAQUE, infer, reference, inputs=(2, 2), doc=doc))
+        register(OpDef(optype, Kind.OPAQUE, infer, reference, inputs=(2, 2), doc=doc,
+                       gradient=gradient))
 
 
 _define_all()

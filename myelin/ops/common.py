@@ -1,4 +1,5 @@
-"""Helpers shared by the op definitions: error messages, type domains, constant inputs, axes.
+"""Helpers shared by the op definitions: error messages, type domains, constant inputs, axes,
+generic gradient rules.
 
 Every check raises :class:`~myelin.errors.ShapeError` with a message that starts with the op's
 name and type (``op f/Add (Add): ...``), like :func:`myelin.ops.registry.broadcast_shapes`.
@@ -8,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from myelin.errors import ShapeError
+from myelin.errors import ShapeError, UnsupportedOpError
 from myelin.flow import dtypes
 
 
@@ -89,3 +90,29 @@ def normalize_axis(op, axis, rank):
 def shape_fits(actual, declared):
     """True if shape ``actual`` matches ``declared``, where -1 in ``declared`` matches any size."""
     return len(actual) == len(declared) and all(d in (-1, a) for a, d in zip(actual, declared))
+
+
+def elementwise_gradient(*terms):
+    """The gradient rule (see :mod:`myelin.autodiff.context`) of an op whose input ``i`` gets
+    the term ``terms[i](b, g, dy)`` (None: no gradient), of any shape broadcasting with it."""
+    def rule(g):
+        for index, term in enumerate(terms):
+            if term is not None and g.needs(index):
+                g.add(index, term(g.b, g, g.dy))
+    return rule
+
+
+def no_gradient(g):
+    """The gradient rule of an op whose gradient is zero (where it exists): no terms."""
+
+
+def gradient_error(op, why):
+    """An UnsupportedOpError saying that ``op`` has no gradient ``why``."""
+    return UnsupportedOpError(f"op {op.name} ({op.type}): no gradient {why}", [op.name])
+
+
+def scatter_add(g, dtype, shape, positions, updates):
+    """Zeros of ``dtype`` and ``shape`` with ``updates`` added at the index tuples
+    ``positions`` (ScatterND; the gradient of a gather), in the gradient function of ``g``."""
+    return g.b.op("ScatterND", [g.zeros(dtype, shape), positions, updates],
+                  attrs={"reduction": "add"})

@@ -351,13 +351,50 @@ def _lrn_reference(op, inputs):
     return [x / (bias + alpha / size * total) ** beta]
 
 
+# Gradients (see myelin.autodiff.context).
+def _conv_gradient(g):
+    """dX is the transposed convolution of dY by W (output_padding restores the rows a stride
+    skipped); dW correlates X with dY, a convolution with the batch as the channels (stride
+    and dilation swapped), group blocks taken from its result; dB sums dY."""
+    op, b = g.op, g.b
+    geo = geometry(op)
+    spatial = list(range(2, 2 + geo.rank))
+    swap = [1, 0] + spatial
+    pads = list(geo.pads_begin) + list(geo.pads_end)
+    dy = g.dy
+    if g.needs(0):
+        extent = [(k - 1) * d + 1 for k, d in zip(geo.kernel, geo.dilations)]
+        skipped = [(n + pb + pe - e) % s for n, pb, pe, e, s in
+                   zip(geo.input, geo.pads_begin, geo.pads_end, extent, geo.strides)]
+        g.add(0, b.op("ConvTranspose", [dy, g.input(1)],
+                      attrs={"strides": list(geo.strides), "dilations": list(geo.dilations),
+                             "pads": pads, "group": geo.group, "output_padding": skipped}))
+    if g.needs(1):
+        full = b.op("Conv", [b.transpose(g.x, swap), b.transpose(dy, swap)],
+                    attrs={"strides": list(geo.dilations), "dilations": list(geo.strides),
+                           "pads": pads})          # [C, M, K'...], K' >= the kernel
+        cg, mg = geo.in_channels // geo.group, geo.out_channels // geo.group
+        blocks = [b.slice(full, [k * cg, k * mg] + [0] * geo.rank, [cg, mg] + list(geo.kernel))
+                  for k in range(geo.group)]
+        block = b.concat(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+        g.add(1, b.transpose(block, swap))
+    if len(op.inputs) > 2 and g.needs(2):
+        g.add(2, b.sum(dy, [0] + spatial))
+
+
+def _global_average_pool_gradient(g):
+    x = g.op.inputs[0]
+    g.add(0, g.b.mul(g.dy, 1.0 / math.prod(x.shape[2:])))
+
+
 CONV_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
                "group": 1, "auto_pad": "NOTSET"}
 _POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
                "auto_pad": "NOTSET", "ceil_mode": 0}
 
 register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference, attrs=dict(CONV_ATTRS),
-               inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX"))
+               inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX",
+               gradient=_conv_gradient))
 register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,
                attrs=dict(CONV_ATTRS, output_padding=None, output_shape=None), inputs=(2, 3),
                doc="N-D transposed convolution with groups, as ONNX"))
@@ -370,7 +407,8 @@ register(OpDef("AveragePool", Kind.OPAQUE, _pool_infer, _pool_reference,
 register(OpDef("LpPool", Kind.OPAQUE, _pool_infer, _pool_reference,
                attrs=dict(_POOL_ATTRS, p=2.0), doc="p-norm over sliding windows, as ONNX"))
 register(OpDef("GlobalAveragePool", Kind.OPAQUE, _pool_infer, _pool_reference,
-               doc="mean over all spatial axes (kept as size 1)"))
+               doc="mean over all spatial axes (kept as size 1)",
+               gradient=_global_average_pool_gradient))
 register(OpDef("GlobalMaxPool", Kind.OPAQUE, _pool_infer, _pool_reference,
                doc="maximum over all spatial axes (kept as size 1)"))
 register(OpDef("GlobalLpPool", Kind.OPAQUE, _pool_infer, _pool_reference, attrs={"p": 2.0},

@@ -29,7 +29,8 @@ import numpy as np
 
 from myelin.flow import dtypes
 from myelin.ops.common import (ANY, BOOL, FLOAT, INTEGER, NUMERIC, NUMERIC_OR_BOOL,
-                               check_dtype, common_dtype, error)
+                               check_dtype, common_dtype, elementwise_gradient, error,
+                               no_gradient)
 from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
                                  register)
 
@@ -218,20 +219,127 @@ def _isinf(op, x):
             | (np.isneginf(x) & attribute(op, "detect_negative")))
 
 
+# Gradients (see myelin.autodiff.context): the term each input's adjoint gets, as a function
+# of the gradient function's builder ``b``, the op's context ``g`` (forward values g.x, g.y,
+# g.input(i)) and the adjoint ``dy`` of the output.
+def _inverse_sqrt_of(b, value, dy):
+    """dy / sqrt(value)."""
+    return b.div(dy, b.sqrt(value))
+
+
+def _gelu_derivative(b, g):
+    """d/dx of x Phi(x): Phi(x) + x phi(x), or of the tanh approximation 0.5 x (1 + tanh u)."""
+    x = g.x
+    if attribute(g.op, "approximate") == "tanh":
+        c, a = math.sqrt(2 / math.pi), 0.044715
+        t = b.tanh(b.mul(b.add(x, b.mul(b.mul(b.square(x), x), a)), c))
+        du = b.mul(b.add(b.mul(b.square(x), 3 * a), 1.0), c)
+        return b.mul(b.add(b.add(t, 1.0), b.mul(b.mul(x, b.sub(1.0, b.square(t))), du)), 0.5)
+    cdf = b.mul(b.add(b.erf(b.mul(x, math.sqrt(0.5))), 1.0), 0.5)
+    pdf = b.mul(b.exp(b.mul(b.square(x), -0.5)), 1 / math.sqrt(2 * math.pi))
+    return b.add(cdf, b.mul(x, pdf))
+
+
+_UNARY_GRADIENTS = {
+    "Neg": lambda b, g, dy: b.neg(dy),
+    "Abs": lambda b, g, dy: b.mul(dy, b.sign(g.x)),
+    "Relu": lambda b, g, dy: b.select(b.greater(g.x, 0.0), dy),
+    "Square": lambda b, g, dy: b.mul(dy, b.mul(g.x, 2.0)),
+    "Sqrt": lambda b, g, dy: b.div(b.mul(dy, 0.5), g.y),
+    "Rsqrt": lambda b, g, dy: b.mul(b.mul(dy, -0.5), b.mul(b.square(g.y), g.y)),
+    "Reciprocal": lambda b, g, dy: b.neg(b.mul(dy, b.square(g.y))),
+    "Exp": lambda b, g, dy: b.mul(dy, g.y),
+    "Log": lambda b, g, dy: b.div(dy, g.x),
+    "Sigmoid": lambda b, g, dy: b.mul(dy, b.mul(g.y, b.sub(1.0, g.y))),
+    "Tanh": lambda b, g, dy: b.mul(dy, b.sub(1.0, b.square(g.y))),
+    "Erf": lambda b, g, dy: b.mul(dy, b.mul(b.exp(b.neg(b.square(g.x))),
+                                            2 / math.sqrt(math.pi))),
+    "Softsign": lambda b, g, dy: b.div(dy, b.square(b.add(b.abs(g.x), 1.0))),
+    "Softplus": lambda b, g, dy: b.mul(dy, b.sigmoid(g.x)),
+    "LogSigmoid": lambda b, g, dy: b.mul(dy, b.sigmoid(b.neg(g.x))),
+    "Sin": lambda b, g, dy: b.mul(dy, b.cos(g.x)),
+    "Cos": lambda b, g, dy: b.neg(b.mul(dy, b.sin(g.x))),
+    "Tan": lambda b, g, dy: b.mul(dy, b.add(b.square(g.y), 1.0)),
+    "Cot": lambda b, g, dy: b.neg(b.mul(dy, b.add(b.square(g.y), 1.0))),
+    "Sec": lambda b, g, dy: b.mul(dy, b.mul(b.square(g.y), b.sin(g.x))),
+    "Csc": lambda b, g, dy: b.neg(b.mul(dy, b.mul(b.square(g.y), b.cos(g.x)))),
+    "Asin": lambda b, g, dy: _inverse_sqrt_of(b, b.sub(1.0, b.square(g.x)), dy),
+    "Acos": lambda b, g, dy: b.neg(_inverse_sqrt_of(b, b.sub(1.0, b.square(g.x)), dy)),
+    "Atan": lambda b, g, dy: b.div(dy, b.add(b.square(g.x), 1.0)),
+    "Acot": lambda b, g, dy: b.neg(b.div(dy, b.add(b.square(g.x), 1.0))),
+    "Asec": lambda b, g, dy: _inverse_sqrt_of(
+        b, b.mul(b.square(g.x), b.sub(b.square(g.x), 1.0)), dy),
+    "Acsc": lambda b, g, dy: b.neg(_inverse_sqrt_of(
+        b, b.mul(b.square(g.x), b.sub(b.square(g.x), 1.0)), dy)),
+    "Sinh": lambda b, g, dy: b.mul(dy, b.cosh(g.x)),
+    "Cosh": lambda b, g, dy: b.mul(dy, b.sinh(g.x)),
+    "Coth": lambda b, g, dy: b.mul(dy, b.sub(1.0, b.square(g.y))),
+    "Sech": lambda b, g, dy: b.neg(b.mul(dy, b.mul(b.square(g.y), b.sinh(g.x)))),
+    "Csch": lambda b, g, dy: b.neg(b.mul(dy, b.mul(b.square(g.y), b.cosh(g.x)))),
+    "Asinh": lambda b, g, dy: _inverse_sqrt_of(b, b.add(b.square(g.x), 1.0), dy),
+    "Acosh": lambda b, g, dy: _inverse_sqrt_of(b, b.sub(b.square(g.x), 1.0), dy),
+    "Atanh": lambda b, g, dy: b.div(dy, b.sub(1.0, b.square(g.x))),
+    "Acoth": lambda b, g, dy: b.div(dy, b.sub(1.0, b.square(g.x))),
+    "Asech": lambda b, g, dy: b.neg(_inverse_sqrt_of(
+        b, b.mul(b.square(g.x), b.sub(1.0, b.square(g.x))), dy)),
+    "Acsch": lambda b, g, dy: b.neg(_inverse_sqrt_of(
+        b, b.mul(b.square(g.x), b.add(b.square(g.x), 1.0)), dy)),
+    "Identity": lambda b, g, dy: dy,
+    "Gelu": lambda b, g, dy: b.mul(dy, _gelu_derivative(b, g)),
+    "Cast": lambda b, g, dy: b.cast(dy, g.op.inputs[0].dtype),
+}
+# Piecewise constant: the gradient is zero (where it exists).
+_ZERO_GRADIENTS = ("Sign", "Floor", "Ceil", "Round", "Trunc")
+
+# Binary and conditional ops: the term of each input (None: the input gets no gradient). On a
+# tie, Minimum and Maximum give the whole adjoint to their second input.
+_BINARY_GRADIENTS = {
+    "Add": (lambda b, g, dy: dy, lambda b, g, dy: dy),
+    "Sub": (lambda b, g, dy: dy, lambda b, g, dy: b.neg(dy)),
+    "Mul": (lambda b, g, dy: b.mul(dy, g.input(1)), lambda b, g, dy: b.mul(dy, g.input(0))),
+    "Div": (lambda b, g, dy: b.div(dy, g.input(1)),
+            lambda b, g, dy: b.neg(b.mul(dy, b.div(g.y, g.input(1))))),
+    "Minimum": (lambda b, g, dy: b.select(b.less(g.input(0), g.input(1)), dy),
+                lambda b, g, dy: b.select(b.greater_equal(g.input(0), g.input(1)), dy)),
+    "Maximum": (lambda b, g, dy: b.select(b.greater(g.input(0), g.input(1)), dy),
+                lambda b, g, dy: b.select(b.less_equal(g.input(0), g.input(1)), dy)),
+    "Pow": (lambda b, g, dy: b.mul(dy, b.mul(g.input(1), b.pow(g.input(0),
+                                                               b.sub(g.input(1), 1.0)))),
+            lambda b, g, dy: b.mul(dy, b.mul(g.y, b.log(g.input(0))))),
+    "Cond": (None, lambda b, g, dy: b.select(g.input(0), dy),
+             lambda b, g, dy: b.select(b.logical_not(g.input(0)), dy)),
+    "Select": (None, lambda b, g, dy: b.select(g.input(0), dy)),
+}
+
+
+def _gradient(optype):
+    """The gradient rule of element-wise op ``optype``, or None if it has none."""
+    if optype in _ZERO_GRADIENTS:
+        return no_gradient
+    if optype in _UNARY_GRADIENTS:
+        return elementwise_gradient(_UNARY_GRADIENTS[optype])
+    if optype in _BINARY_GRADIENTS:
+        return elementwise_gradient(*_BINARY_GRADIENTS[optype])
+    return None
+
+
 def _define_all():
     for optype, fn, domain, doc in _UNARY:
         register(OpDef(optype, Kind.ELEMWISE, _unary_infer(domain),
-                       lambda op, inputs, fn=fn: [fn(inputs[0])], doc=doc))
+                       lambda op, inputs, fn=fn: [fn(inputs[0])], doc=doc,
+                       gradient=_gradient(optype)))
     for optype, fn, domain, out_dtype, doc in _BINARY:
         register(OpDef(optype, Kind.BROADCAST, _broadcast_infer(domain, out_dtype),
                        lambda op, inputs, fn=fn: [fn(inputs[0], inputs[1])], inputs=(2, 2),
-                       doc=doc))
+                       doc=doc, gradient=_gradient(optype)))
     register(OpDef("Gelu", Kind.ELEMWISE, _gelu_infer,
                    lambda op, inputs: [_gelu(op, inputs[0])], attrs={"approximate": "none"},
-                   doc="Gaussian error linear unit, exact (erf) or tanh approximation"))
+                   doc="Gaussian error linear unit, exact (erf) or tanh approximation",
+                   gradient=_gradient("Gelu")))
     register(OpDef("Cast", Kind.ELEMWISE, _unary_infer(ANY, _cast_dtype),
                    lambda op, inputs: [_cast(op, inputs[0])], attrs={"dtype": None},
-                   doc="convert to the type in attribute dtype (floats to ints truncate)"))
+                   doc="convert to the type in attribute dtype (floats to ints truncate)",
+                   gradient=_gradient("Cast")))
     register(OpDef("Mod", Kind.BROADCAST, _mod_infer,
                    lambda op, inputs: [_mod(op, *inputs)], attrs={"fmod": 0}, inputs=(2, 2),
                    doc="remainder: sign of the divisor (fmod=0) or of x (fmod=1)"))
@@ -247,10 +355,11 @@ def _define_all():
                    doc="true where x is +inf (detect_positive) or -inf (detect_negative)"))
     register(OpDef("Cond", Kind.BROADCAST, _broadcast_infer(ANY, conditional=True),
                    lambda op, inputs: [np.where(*inputs)], inputs=(3, 3),
-                   doc="where(c, x, y): x where c is true, else y"))
+                   doc="where(c, x, y): x where c is true, else y", gradient=_gradient("Cond")))
     register(OpDef("Select", Kind.BROADCAST, _broadcast_infer(ANY, conditional=True),
                    lambda op, inputs: [np.where(inputs[0], inputs[1], 0)], inputs=(2, 2),
-                   doc="where(c, x, 0): x where c is true, else zero"))
+                   doc="where(c, x, 0): x where c is true, else zero",
+                   gradient=_gradient("Select")))
 
 
 _define_all()

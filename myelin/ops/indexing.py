@@ -40,8 +40,9 @@ attributes here; the ONNX importer reads its constant inputs into them.
 import numpy as np
 
 from myelin.errors import InputError
-from myelin.ops.common import (INDEX, INTEGER, NUMERIC, check_dtype, common_dtype, error,
-                               normalize_axis)
+from myelin.ops.common import (INDEX, INTEGER, NUMERIC, check_dtype, common_dtype,
+                               elementwise_gradient, error, gradient_error, normalize_axis,
+                               scatter_add)
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
 
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
@@ -430,21 +431,91 @@ def _trilu_reference(op, inputs):
     return [np.where(keep, x, np.zeros((), x.dtype))]
 
 
+# Gradients (see myelin.autodiff.context).
+def _pad_gradient(g):
+    """Constant mode: the adjoint's block where x lies (zero-padded where x was cropped); the
+    pad value gets the sum of the rest."""
+    op, b = g.op, g.b
+    x = op.inputs[0]
+    if attribute(op, "mode") != "constant":
+        raise gradient_error(op, f"for mode {attribute(op, 'mode')} (only constant)")
+    layout, _ = pad_layout(op, x.shape)
+    kept = [dim - cb - ce for dim, (cb, ce, _, _) in zip(x.shape, layout)]
+    inner = b.slice(g.dy, [pb for _, _, pb, _ in layout], kept)
+    if g.needs(0):
+        crops = [cb for cb, _, _, _ in layout] + [ce for _, ce, _, _ in layout]
+        g.add(0, b.op("Pad", [inner], attrs={"pads": crops}) if any(crops) else inner)
+    if len(op.inputs) == 2 and g.needs(1):
+        g.add(1, b.sub(b.sum(g.dy), b.sum(inner)))
+
+
+def _tile_gradient(g):
+    """The sum of the adjoint's tiles."""
+    x = g.op.inputs[0]
+    if not x.rank:
+        g.add(0, g.dy)
+        return
+    tiles = [n for count, dim in zip(_repeats(g.op, x.rank), x.shape) for n in (count, dim)]
+    g.add(0, g.b.sum(g.b.reshape(g.dy, tiles), list(range(0, 2 * x.rank, 2))))
+
+
+def _cumsum_gradient(g):
+    """The running sum of the adjoint in the other direction."""
+    attrs = {"axis": attribute(g.op, "axis"), "exclusive": attribute(g.op, "exclusive"),
+             "reverse": not attribute(g.op, "reverse")}
+    g.add(0, g.b.op("CumSum", [g.dy], attrs=attrs))
+
+
+def _scatter_elements_add(g, data, indices, axis):
+    """The adjoint added into zeros of ``data``'s shape at ``indices`` along ``axis``."""
+    return g.b.op("ScatterElements", [g.zeros(data.dtype, data.shape), indices, g.dy],
+                  attrs={"axis": axis, "reduction": "add"})
+
+
+def _gather_elements_gradient(g):
+    data = g.op.inputs[0]
+    axis = normalize_axis(g.op, attribute(g.op, "axis"), data.rank)
+    g.add(0, _scatter_elements_add(g, data, g.input(1), axis))
+
+
+def _gather_nd_gradient(g):
+    if attribute(g.op, "batch_dims"):
+        raise gradient_error(g.op, "with batch_dims")
+    data = g.op.inputs[0]
+    g.add(0, scatter_add(g, data.dtype, data.shape, g.input(1), g.dy))
+
+
+def _topk_gradient(g):
+    """The values' adjoint added at the positions the indices output names."""
+    x = g.op.inputs[0]
+    axis, _ = topk_layout(g.op, x.shape)
+    g.add(0, _scatter_elements_add(g, x, g.value(g.op.outputs[1]), axis))
+
+
+def _trilu_gradient(g):
+    attrs = {"upper": attribute(g.op, "upper"), "k": attribute(g.op, "k")}
+    g.add(0, g.b.op("Trilu", [g.dy], attrs=attrs))
+
+
 def _define_all():
     register(OpDef("Pad", Kind.INJECTIVE, _pad_infer, _pad_reference,
                    attrs={"pads": None, "mode": "constant"}, inputs=(1, 2),
                    doc="pad (or crop, by negative pads) every axis; modes constant (value "
-                       "input, default 0), reflect, edge, wrap"))
+                       "input, default 0), reflect, edge, wrap", gradient=_pad_gradient))
     register(OpDef("Tile", Kind.INJECTIVE, _tile_infer, _tile_reference,
-                   attrs={"repeats": None}, doc="x repeated repeats[i] times along axis i"))
+                   attrs={"repeats": None}, doc="x repeated repeats[i] times along axis i",
+                   gradient=_tile_gradient))
     register(OpDef("BroadcastTo", Kind.INJECTIVE, _broadcast_to_infer, _broadcast_to_reference,
-                   attrs={"shape": None}, doc="x broadcast (NumPy rules) to attribute shape"))
+                   attrs={"shape": None}, doc="x broadcast (NumPy rules) to attribute shape",
+                   gradient=elementwise_gradient(lambda b, g, dy: dy)))
     register(OpDef("GatherElements", Kind.INJECTIVE, _gather_elements_infer,
                    _gather_elements_reference, attrs={"axis": 0}, inputs=(2, 2),
-                   doc="data at indices along axis, elsewhere at the index's own position"))
+                   doc="data at indices along axis, elsewhere at the index's own position",
+                   gradient=_gather_elements_gradient))
     register(OpDef("GatherND", Kind.INJECTIVE, _gather_nd_infer, _gather_nd_reference,
                    attrs={"batch_dims": 0}, inputs=(2, 2),
-                   doc="slices of data at index tuples (the last axis of indices)"))
+                   doc="slices of data at index tuples (the last axis of indices)",
+                   gradient=_gather_nd_gradient))
     register(OpDef("ScatterElements", Kind.OPAQUE, _scatter_elements_infer,
                    _scatter_elements_reference, attrs={"axis": 0, "reduction": "none"},
                    inputs=(3, 3), doc="copy of data with updates written (or combined) at "
@@ -455,18 +526,19 @@ def _define_all():
     register(OpDef("CumSum", Kind.OPAQUE, scan_infer, _cumsum_reference,
                    attrs={"axis": 0, "exclusive": False, "reverse": False},
                    doc="running sum along axis (exclusive: without the element; reverse: "
-                       "from the end)"))
+                       "from the end)", gradient=_cumsum_gradient))
     register(OpDef("TopK", Kind.OPAQUE, _topk_infer, _topk_reference,
                    attrs={"k": None, "axis": -1, "largest": True, "sorted": True}, outputs=2,
                    doc="k largest (or smallest) values along axis, sorted, and their int64 "
-                       "indices (lower index first on ties)"))
+                       "indices (lower index first on ties)", gradient=_topk_gradient))
     register(OpDef("OneHot", Kind.INJECTIVE, _onehot_infer, _onehot_reference,
                    attrs={"depth": None, "axis": -1}, inputs=(2, 2),
                    doc="values[1] where a new axis of size depth equals the index, else "
                        "values[0]"))
     register(OpDef("Trilu", Kind.INJECTIVE, _trilu_infer, _trilu_reference,
                    attrs={"upper": True, "k": 0},
-                   doc="upper or lower triangle of the last two axes from diagonal k"))
+                   doc="upper or lower triangle of the last two axes from diagonal k",
+                   gradient=_trilu_gradient))
 
 
 _define_all()

@@ -44,6 +44,26 @@ def _matmul_reference(op, inputs):
     return [np.matmul(a, b)]
 
 
+def _matmul_gradient(g):
+    """dA and dB of C = op(A) op(B), each a product of dC and the other input, transposed as
+    the flags ask (batch axes that were broadcast are summed back by the gradient pass)."""
+    a, b, dc = g.input(0), g.input(1), g.dy
+    ta, tb = attribute(g.op, "transpose_a"), attribute(g.op, "transpose_b")
+    if g.needs(0):
+        if ta:    # A^T = (dC op(B)^T)^T = op(B) dC^T
+            term = g.b.matmul(b, dc, transpose_a=tb, transpose_b=True)
+        else:     # dC op(B)^T
+            term = g.b.matmul(dc, b, transpose_b=not tb)
+        g.add(0, term)
+    if g.needs(1):
+        if tb:    # B^T = op(A)^T dC, so B = dC^T op(A)
+            term = g.b.matmul(dc, a, transpose_a=True, transpose_b=ta)
+        else:     # op(A)^T dC
+            term = g.b.matmul(a, dc, transpose_a=not ta)
+        g.add(1, term)
+
+
 register(OpDef("MatMul", Kind.OUT_ELEMWISE_FUSABLE, _matmul_infer, _matmul_reference,
                attrs={"transpose_a": False, "transpose_b": False}, inputs=(2, 2),
-               doc="batched matrix product with optional transposes"))
+               doc="batched matrix product with optional transposes",
+               gradient=_matmul_gradient))

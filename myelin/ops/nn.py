@@ -12,7 +12,7 @@ element-wise ops.
 
 import numpy as np
 
-from myelin.ops.common import FLOAT, common_dtype, error, shape_fits
+from myelin.ops.common import FLOAT, common_dtype, elementwise_gradient, error, shape_fits
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
 
 
@@ -49,4 +49,5 @@ register(OpDef("BatchNormalization", Kind.BROADCAST, _batch_norm_infer, _batch_n
                attrs={"epsilon": 1e-5}, inputs=(5, 5),
                doc="(X - mean) / sqrt(var + epsilon) * scale + B over channel axis 1"))
 register(OpDef("Dropout", Kind.ELEMWISE, _dropout_infer, lambda op, inputs: [inputs[0]],
-               attrs={"ratio": 0.5}, doc="x unchanged (inference)"))
+               attrs={"ratio": 0.5}, doc="x unchanged (inference)",
+               gradient=elementwise_gradient(lambda b, g, dy: dy)))

@@ -107,6 +107,36 @@ def _arg_reference(fn):
     return reference
 
 
+# Gradients (see myelin.autodiff.context): the adjoint of the reduced output, in the input's
+# rank with size 1 on the reduced axes, broadcasts back over the input.
+def _kept(g, value):
+    """``value`` (of the op's output shape) reshaped to the input's rank (keepdims)."""
+    x = g.op.inputs[0]
+    shape = list(reduced_shape(x.shape, reduced_axes(g.op, x.rank), True))
+    return value if list(value.shape) == shape else g.b.reshape(value, shape)
+
+
+def _sum_gradient(g):
+    g.add(0, _kept(g, g.dy))
+
+
+def _mean_gradient(g):
+    x = g.op.inputs[0]
+    count = int(np.prod([x.shape[a] for a in reduced_axes(g.op, x.rank)]))
+    g.add(0, g.b.mul(_kept(g, g.dy), 1.0 / count))
+
+
+def _extremum_gradient(g):
+    """Max and Min: the adjoint is shared evenly by the elements equal to the extremum."""
+    b, x = g.b, g.op.inputs[0]
+    hit = b.cast(b.equal(g.x, _kept(g, g.y)), x.dtype)
+    count = b.sum(hit, list(reduced_axes(g.op, x.rank)), keepdims=True)
+    g.add(0, b.mul(_kept(g, g.dy), b.div(hit, count)))
+
+
+_GRADIENTS = {"Sum": _sum_gradient, "Mean": _mean_gradient, "Max": _extremum_gradient,
+              "Min": _extremum_gradient}
+
 # (op type, NumPy reduction, accepted types, output type rule, extra attrs, doc)
 _REDUCTIONS = [
     ("Sum", np.sum, NUMERIC, _same_dtype, {}, "sum over axes"),
@@ -124,7 +154,8 @@ _REDUCTIONS = [
 def _define_all():
     for optype, fn, domain, out_dtype, attrs, doc in _REDUCTIONS:
         register(OpDef(optype, Kind.REDUCTION, _reduction_infer(domain, out_dtype),
-                       _reduction_reference(fn), attrs={**_ATTRS, **attrs}, doc=doc))
+                       _reduction_reference(fn), attrs={**_ATTRS, **attrs}, doc=doc,
+                       gradient=_GRADIENTS.get(optype)))
     arg_attrs = {**_ATTRS, "select_last_index": False, "dtype": "int32"}
     register(OpDef("ArgMax", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmax),
                    attrs=dict(arg_attrs),

@@ -47,7 +47,9 @@ class OpDef:
     list of NumPy arrays (floats as float64) to a list of output arrays. ``attrs`` maps each
     attribute the op understands to its default value (None: required or no default).
     ``inputs`` is (min, max) input count, max None for any number. ``outputs`` is the output
-    count, None when it depends on the op (Split). ``gradient`` is filled in by the autodiff work.
+    count, None when it depends on the op (Split). ``gradient(g)`` is the op's gradient rule
+    (None: the op is not differentiable): it adds the adjoint terms of the op's inputs through
+    ``g``, a :class:`myelin.autodiff.context.OpContext`.
     """
 
     type: str
