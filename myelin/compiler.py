@@ -29,6 +29,7 @@ from myelin.errors import CompileError, FlowError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
 from myelin.ops import control, registry
 from myelin.plan import memory
+from myelin.plan.assign import fold_assigns
 from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat, Step,
                               TensorSpec)
 from myelin.runtime.memory import aligned_zeros
@@ -303,6 +304,8 @@ class Compiler:
         start = len(invariant) if looping else None
         sizes = None
         if all(step.kernel is not None for step in steps):
+            if not looping:     # (a value computed once could not stand for an Assign per round)
+                steps = fold_assigns(steps)
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
         repeat = self._repeat(func.name, tensors, start) if looping else None
         return PlannedCell(func.name, steps, tensors, sizes, repeat)

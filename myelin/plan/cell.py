@@ -31,7 +31,9 @@ class TensorSpec:
     first: int = -1                # first and last step index that touch the tensor
     last: int = -1
     shares: "TensorSpec | None" = None   # storage taken over from this tensor (printed "union")
-    view_of: "TensorSpec | None" = None  # the tensor is a view of another (no code, same bytes)
+    # The tensor lives in another's bytes: a view made without code, or a value its producer
+    # writes straight into the target of an Assign (myelin.plan.assign).
+    view_of: "TensorSpec | None" = None
     ref: bool = False              # the instance holds a pointer to the elements (inputs only)
 
     @property
@@ -91,7 +93,9 @@ class Step:
 
     @property
     def noop(self):
-        return all(out.view_of is not None for out in self.outputs) and bool(self.outputs)
+        """True if the step needs no code: its kernel makes views and its outputs are."""
+        return (bool(self.outputs) and all(out.view_of is not None for out in self.outputs)
+                and (self.kernel is None or self.kernel.view(self)))
 
 
 @dataclasses.dataclass(eq=False)
