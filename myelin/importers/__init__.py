@@ -1,1 +1,1 @@
-"""Front ends that turn models from other frameworks into flows (ONNX; TensorFlow later)."""
+"""Front ends that turn models from other frameworks into flows (ONNX, TensorFlow)."""

@@ -5,13 +5,9 @@ import copy
 
 import numpy as np
 
-from myelin.errors import ShapeError, UnsupportedTypeError
-from myelin.flow import dtypes
-from myelin.optimize import fold
+from myelin.errors import UnsupportedTypeError
+from myelin.importers.context import ConverterContext
 
-# Constants computed while importing may be as large as this (the weights of light models
-# are built by ConstantOfShape); larger results stay ops and are computed at run time.
-_FOLD_LIMIT = 1 << 30
 _REQUIRED = object()
 
 
@@ -29,8 +25,8 @@ class NeedsInputValues(Exception):
         super().__init__(f"needs the values of graph inputs {sorted(self.names)}")
 
 
-class NodeContext:
-    """One ONNX node during conversion.
+class NodeContext(ConverterContext):
+    """One ONNX node during conversion (building ops: :class:`ConverterContext`).
 
     ``opset`` is the model's ai.onnx opset version; ``attrs`` the node's attributes as Python
     values; ``b`` the flow Builder of the imported function.
@@ -56,10 +52,6 @@ class NodeContext:
     def num_outputs(self):
         """The number of outputs the node declares (trailing optional ones may be "")."""
         return len(self.node.output)
-
-    def error(self, message):
-        """A ShapeError about this node."""
-        return ShapeError(f"node {self.name} ({self.op_type}): {message}")
 
     # Inputs.
     def __len__(self):
@@ -140,38 +132,3 @@ class NodeContext:
         other = copy.copy(self)
         other.b = builder
         return other
-
-    # Building.
-    def const(self, value, dtype=None):
-        """A constant variable from a number or array (of ``dtype`` if given)."""
-        return self.b.const(np.asarray(value), dtype)
-
-    def op(self, op_type, inputs, attrs=None, outputs=1):
-        """Add a myelin op; returns its output variable (a list if ``outputs`` > 1).
-
-        Attributes whose value is None are left out. An op that reads only constants is
-        evaluated at once, its outputs becoming constants.
-        """
-        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
-        op = self.b._make(op_type, list(inputs), attrs=attrs)
-        results = list(op.outputs)
-        arrays = fold.evaluate(op, _FOLD_LIMIT)
-        if arrays is not None:
-            fold.replace_by_constants(self.b.flow, op, arrays)
-        if outputs == 1 and len(results) == 1:
-            return results[0]
-        return results
-
-    def cast(self, var, dtype):
-        """``var`` converted to ``dtype`` (itself if it already is)."""
-        if var.dtype == dtypes.canonical(dtype):
-            return var
-        return self.op("Cast", [var], {"dtype": dtypes.canonical(dtype)})
-
-    def reshape(self, var, shape):
-        """``var`` in ``shape`` (itself if it already has it)."""
-        shape = tuple(int(d) for d in shape)
-        if var.shape == shape:
-            return var
-        return self.op("Reshape", [var], {"shape": list(shape)})
-

@@ -1,0 +1,61 @@
+"""What every importer's converters share: adding myelin ops to the function being imported,
+folded into constants at once when they read only constants.
+
+Each importer's node context (:class:`myelin.importers.onnx.context.NodeContext`,
+:class:`myelin.importers.tensorflow.context.NodeContext`) derives from
+:class:`ConverterContext` and adds what its format's nodes have (inputs, attributes).
+"""
+
+import numpy as np
+
+from myelin.errors import ShapeError
+from myelin.flow import dtypes
+from myelin.optimize import fold
+
+# Constants computed while importing may be as large as this (the weights of light models
+# are built by ConstantOfShape); larger results stay ops and are computed at run time.
+FOLD_LIMIT = 1 << 30
+
+
+class ConverterContext:
+    """One node being converted. Subclasses set ``b`` (the flow Builder of the imported
+    function) and define ``name`` and ``op_type`` (the node's name and type, for messages)."""
+
+    b = None
+
+    def error(self, message):
+        """A ShapeError about this node."""
+        return ShapeError(f"node {self.name} ({self.op_type}): {message}")
+
+    def const(self, value, dtype=None):
+        """A constant variable from a number or array (of ``dtype`` if given)."""
+        return self.b.const(np.asarray(value), dtype)
+
+    def op(self, op_type, inputs, attrs=None, outputs=1):
+        """Add a myelin op; returns its output variable (a list if ``outputs`` > 1).
+
+        Attributes whose value is None are left out. An op that reads only constants is
+        evaluated at once, its outputs becoming constants.
+        """
+        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        op = self.b._make(op_type, list(inputs), attrs=attrs)
+        results = list(op.outputs)
+        arrays = fold.evaluate(op, FOLD_LIMIT)
+        if arrays is not None:
+            fold.replace_by_constants(self.b.flow, op, arrays)
+        if outputs == 1 and len(results) == 1:
+            return results[0]
+        return results
+
+    def cast(self, var, dtype):
+        """``var`` converted to ``dtype`` (itself if it already is)."""
+        if var.dtype == dtypes.canonical(dtype):
+            return var
+        return self.op("Cast", [var], {"dtype": dtypes.canonical(dtype)})
+
+    def reshape(self, var, shape):
+        """``var`` in ``shape`` (itself if it already has it)."""
+        shape = tuple(int(d) for d in shape)
+        if var.shape == shape:
+            return var
+        return self.op("Reshape", [var], {"shape": list(shape)})
