@@ -380,6 +380,7 @@ class Compiler:
                     raise FlowError(f"constant {name} has {data.size} elements, its shape "
                                     f"{list(spec.shape)} needs {array.size}")
                 array[...] = data.reshape(spec.shape)
+                array.flags.writeable = False    # (the code may hold its values)
             spec.address = memory_block.ctypes.data
             arrays[name] = (spec, array)
         return arrays

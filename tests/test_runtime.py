@@ -99,6 +99,9 @@ def test_network_globals():
         net["f/none"]
     with pytest.raises(myelin.InputError, match="no cell"):
         net.cell("g")
+    with pytest.raises(myelin.InputError, match="is a constant"):   # the code may hold it
+        net["f/b"] = np.zeros(256, np.float32)
+    np.testing.assert_array_equal(np.asarray(net[b]), b.data)
 
 
 def test_cell_layout_dump():

@@ -133,6 +133,9 @@ class Network:
 
     def __setitem__(self, key, value):
         spec, array = self._global(key)
+        if not array.flags.writeable:
+            raise InputError(f"global tensor {spec.name} is a constant, compiled into the "
+                             f"code; make it a learnable variable to change it")
         array[...] = _coerce(spec.name, spec.dtype, array.shape, value)
 
     def globals(self):

@@ -81,9 +81,6 @@ def test_seed_graph_written_by_tensorflow(tmp_path):
         == [113]
 
 
-@pytest.mark.xfail(strict=True, reason="needs small constants compiled into the code by the "
-                   "LLVM back end (myelin/codegen/llvm/kernels/base.py): see the TF import "
-                   "report")
 def test_seed_graph_compiles_to_one_add():
     """Constant propagation: fusion makes one loop of Sub, Add, Add, and LLVM folds the three
     constants into a single add of 103 (the seed's x86-64 ``leal 103(%rdi), %eax``; a cell

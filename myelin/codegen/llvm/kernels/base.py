@@ -4,20 +4,28 @@ A kernel generates the code of one step, inline in the cell function. The compil
 kernel registered for an op type, in order, whether it ``supports`` the step; the first that
 does is used. A kernel also tells the memory planner which input an output may overwrite
 (``inplace``) and whether its output is only a view of its input (``view``: no code at all).
+
+Constants of at most ``INLINE_CONSTANT_BYTES`` are compiled into the code (a private LLVM
+constant each) instead of read from the network's memory, so LLVM folds them into the
+instructions: ``((x - 2) + 5) + 100`` becomes one ``add 103``.
 """
 
 import math
 
 import llvmlite.ir as ir
+import numpy as np
 
 from myelin.codegen.llvm import irutil, loops, threads
 from myelin.codegen.llvm.externals import Externals
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
+from myelin.flow import dtypes
+from myelin.plan.cell import CONSTANT
 
 
 PARALLEL_WORK = 1 << 19    # steps doing less (flops or elements visited) stay on one thread
 TASKS_PER_THREAD = 4       # tasks per thread when a step is split: evens out uneven tasks
 ELEMENT_WORK = 8           # work counted per element of an element-wise loop (memory-bound)
+INLINE_CONSTANT_BYTES = 64  # constants up to this size are compiled into the code
 
 
 class Kernel:
@@ -156,6 +164,8 @@ class EmitContext:
     def pointer(self, tensor):
         """An ``ptr`` value addressing the first element of ``tensor``."""
         root = tensor.root()
+        if inlined(root):
+            return inline_constant(self.builder.module, root)
         if root.address is not None:
             return self.externals.pointer(self.builder, ("global", root.name), root.address,
                                           root.alignment)
@@ -178,6 +188,29 @@ class EmitContext:
         if strides is None:
             strides = contiguous_strides(tensor.shape)
         return Operand(self.pointer(tensor), tensor.dtype, tuple(strides), self.alignment(tensor))
+
+
+def inlined(root):
+    """True if the root tensor ``root`` is a constant small enough to be compiled into the
+    code."""
+    return root.kind == CONSTANT and root.size <= INLINE_CONSTANT_BYTES
+
+
+def inline_constant(module, root):
+    """The private LLVM constant of ``module`` holding the elements of the constant tensor
+    ``root`` (made on first use)."""
+    name = f"myelin.const.{root.name}"
+    variable = module.globals.get(name)
+    if variable is None:
+        data = np.ascontiguousarray(root.var.data, dtypes.to_numpy(root.dtype)).reshape(-1)
+        array_type = ir.ArrayType(irutil.I8, data.nbytes)
+        variable = ir.GlobalVariable(module, array_type, name)
+        variable.initializer = ir.Constant(array_type, bytearray(data.tobytes()))
+        variable.global_constant = True
+        variable.linkage = "private"
+        variable.unnamed_addr = True
+        variable.align = root.alignment
+    return variable
 
 
 def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
@@ -236,7 +269,10 @@ class ArgumentContext(EmitContext):
         self.known_alignment = alignment
 
     def pointer(self, tensor):
-        return self.pointers[id(tensor.root())]
+        root = tensor.root()
+        if inlined(root):
+            return inline_constant(self.builder.module, root)
+        return self.pointers[id(root)]
 
     def alignment(self, tensor):
         return self.known_alignment(tensor) if self.known_alignment else tensor.itemsize
