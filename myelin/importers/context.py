@@ -59,3 +59,10 @@ class ConverterContext:
         if var.shape == shape:
             return var
         return self.op("Reshape", [var], {"shape": list(shape)})
+
+
+def same_op(op_type):
+    """The converter of a node that is one myelin op of type ``op_type`` on the same inputs."""
+    def convert(ctx):
+        return ctx.op(op_type, ctx.inputs)
+    return convert

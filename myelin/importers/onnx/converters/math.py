@@ -8,6 +8,7 @@ one loop.
 import functools
 
 from myelin.flow import dtypes
+from myelin.importers.context import same_op
 from myelin.importers.onnx import proto
 from myelin.importers.onnx.converters import converter
 
@@ -27,14 +28,8 @@ _SAME = {
 }
 
 
-def _same(op_type):
-    def convert(ctx):
-        return ctx.op(op_type, ctx.inputs)
-    return convert
-
-
 for _onnx_type, _myelin_type in _SAME.items():
-    converter(_onnx_type)(_same(_myelin_type))
+    converter(_onnx_type)(same_op(_myelin_type))
 
 
 @converter("Identity")

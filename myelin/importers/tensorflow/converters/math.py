@@ -9,6 +9,7 @@ element-wise ops, which fusion merges back into one loop.
 import functools
 
 from myelin.flow import dtypes
+from myelin.importers.context import same_op
 from myelin.importers.tensorflow.converters import converter
 
 # TensorFlow op type -> myelin op type, for ops that map one to one.
@@ -28,14 +29,8 @@ _SAME = {
 }
 
 
-def _same(op_type):
-    def convert(ctx):
-        return ctx.op(op_type, ctx.inputs)
-    return convert
-
-
 for _tf_type, _myelin_type in _SAME.items():
-    converter(_tf_type)(_same(_myelin_type))
+    converter(_tf_type)(same_op(_myelin_type))
 
 
 @converter("FloorDiv")
