@@ -43,8 +43,10 @@ def _cases(combinations, shapes=GRID_SHAPES):
 
 @pytest.mark.parametrize("features", PRESETS)
 def test_grid_sample_float32(features):
+    # Float32 coordinates and weights: a cubic sample of 16 inputs around 1 in size that
+    # cancel to an output near 0.01 (a grid of one point) keeps only about 1e-4 of it.
     flow, inputs = _grid_flow("float32", "float32", _cases(COMBINATIONS))
-    run_and_compare(flow, inputs, 2e-5, features)
+    run_and_compare(flow, inputs, 1e-4, features)
 
 
 def test_grid_sample_float64_and_mixed():
