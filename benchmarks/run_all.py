@@ -10,6 +10,7 @@ import control_flow  # noqa: E402
 import fusion  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
+import training  # noqa: E402
 import tuning  # noqa: E402
 import workloads  # noqa: E402
 
@@ -22,6 +23,7 @@ def main():
     tuning.main()
     compile_cache.main(warm_runs=5)
     control_flow.main()
+    training.main()
 
 
 if __name__ == "__main__":

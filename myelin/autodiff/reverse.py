@@ -9,7 +9,9 @@
   NOGRADIENT (zeros if no output depends on it);
 * accumulators ``gradients/f/d_w`` for each float learnable variable ``w`` that ``f`` reads and
   an output depends on: instance tensors (flagged IN and OUT, so the memory plan keeps them)
-  to which every computation adds its gradient, until ``instance.clear()``;
+  to which every computation adds its gradient, until ``instance.clear()``; with
+  ``accumulate=False`` they are plain outputs, each computation writing its own gradient (no
+  zeroing needed between training steps);
 * reference inputs ``gradients/f/primal/<base>`` for the forward values the rules read; they
   are bound to the forward instance's tensors (:mod:`myelin.autodiff.primal`), and the forward
   variables they read are flagged OUT so they survive optimization and memory planning.
@@ -29,9 +31,9 @@ from myelin.flow.graph import Function, VarFlags
 from myelin.ops import registry
 
 
-def gradient(flow, func):
+def gradient(flow, func, accumulate=True):
     """Add the gradient function ``gradients/<func>`` of ``func`` (a Function or its name) to
-    ``flow`` and return it. Raises FlowError if ``func`` does not exist or already has a
+    ``flow`` and return it; ``accumulate`` makes the learnables' gradients accumulators. Raises FlowError if ``func`` does not exist or already has a
     gradient function, and UnsupportedOpError naming every op on a gradient path whose type
     has no gradient rule; the flow is then left as it was (except for the IN/OUT flags
     :meth:`Flow.infer_inputs_and_outputs` adds)."""
@@ -72,7 +74,8 @@ def gradient(flow, func):
         for w in learnables:
             total = adjoints.adjoint(w)
             if total is not None:
-                _accumulate(adjoints.builder, total, names.adjoint_name(func, w.name))
+                collect = _accumulate if accumulate else _result
+                collect(adjoints.builder, total, names.adjoint_name(func, w.name))
         for var in incoming:
             if not var.consumers:     # only zero-gradient ops read it
                 flow.delete_var(var)

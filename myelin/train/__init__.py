@@ -8,6 +8,8 @@
 * :class:`SGD` and :class:`Adam` (PyTorch's update rules), built into a flow function that
   compiles to one fused kernel per parameter, with optional clipping by global norm.
 * :mod:`~myelin.train.schedules`: :class:`Constant`, :class:`StepDecay`, :class:`Cosine`.
+* :class:`Trainer`: a model, its gradient, a loss and an optimizer compiled together, a step
+  per call.
 """
 
 from myelin.train.adam import Adam
@@ -18,7 +20,8 @@ from myelin.train.parameters import (initialize, learnables, load_parameters, pa
                                      save_parameters)
 from myelin.train.schedules import Constant, Cosine, StepDecay
 from myelin.train.sgd import SGD
+from myelin.train.trainer import Trainer
 
-__all__ = ["Adam", "Constant", "Cosine", "Init", "Optimizer", "SGD", "StepDecay",
+__all__ = ["Adam", "Constant", "Cosine", "Init", "Optimizer", "SGD", "StepDecay", "Trainer",
            "initialize", "learnables", "load_parameters",
            "mean_squared_error", "parameter", "save_parameters", "softmax_cross_entropy"]

@@ -99,6 +99,7 @@ class Optimizer:
         self.params = []
         self.steps = 0
         self.instance = None
+        self._found = (None, None)     # (gradient instances, their arrays) of the last step
 
     # Building.
     def build(self, flow, params=None):
@@ -169,6 +170,7 @@ class Optimizer:
         the optimizer was built into) that :meth:`step` runs."""
         self.instance = network.cell(self.name).instance()
         self.steps = 0
+        self._found = (None, None)
 
     def reset(self):
         """Set the state (momentum, moments) and the step count back to zero."""
@@ -184,8 +186,13 @@ class Optimizer:
         accumulate the next batch. Raises InputError for a missing or ill-shaped gradient."""
         data = self._attached()
         arrays = self._gradients(gradients)
-        for param, array in zip(self.params, arrays):
-            data.bind(f"{self.name}/{param.name}/grad", array)
+        if arrays is not self._found[1]:
+            for param, array in zip(self.params, arrays):
+                data.bind(f"{self.name}/{param.name}/grad", array)
+            if isinstance(gradients, Instance):      # the same next time
+                self._found = (gradients, arrays)
+            elif isinstance(gradients, (list, tuple)):
+                self._found = (tuple(gradients), arrays)
         lr = float(self.schedule(self.steps))
         data[f"{self.name}/lr"] = lr
         if f"{self.name}/t" in data.cell:
@@ -212,7 +219,13 @@ class Optimizer:
         return self.instance
 
     def _gradients(self, gradients):
-        """The gradient array of each parameter, in order."""
+        """The gradient array of each parameter, in order (those of the last step when
+        ``gradients`` are its instances again: an instance's arrays do not move)."""
+        found, arrays = self._found
+        if found is not None and (gradients is found or (
+                isinstance(gradients, (list, tuple)) and len(gradients) == len(found)
+                and all(a is b for a, b in zip(gradients, found)))):
+            return arrays
         if isinstance(gradients, (Instance, list, tuple)):
             instances = [gradients] if isinstance(gradients, Instance) else list(gradients)
             found = {}

@@ -125,9 +125,9 @@ def test_outputs_and_inputs_off_the_gradient_paths():
     np.testing.assert_array_equal(grads["gradients/f/d_u"], np.zeros(3))
 
 
-def _compiled_affine(rng):
+def _compiled_affine(rng, accumulate=True):
     flow = _affine_flow()
-    myelin.gradient(flow, "f")
+    myelin.gradient(flow, "f", accumulate)
     net = myelin.Compiler().compile(flow)
     values = {"f/x": rng.standard_normal((3, 5)).astype(np.float32),
               "f/x2": rng.standard_normal((3, 4)).astype(np.float32)}
@@ -158,6 +158,18 @@ def test_learnable_gradients_accumulate_until_clear():
     grad["gradients/f/d_y"] = 1.5
     grad.compute()                                    # the references stay bound
     assert relative_error(grad.array("gradients/f/d_W"), expected["gradients/f/d_W"]) < 1e-5
+
+
+def test_learnable_gradients_written_afresh_without_accumulate():
+    net, forward, expected = _compiled_affine(np.random.default_rng(), accumulate=False)
+    grad = net.cell("gradients/f").instance()
+    assert "gradients/f/d_W" in grad.cell.outputs
+    assert "gradients/f/d_W" not in grad.cell.inputs
+    autodiff.bind_primal(grad, forward)
+    for _ in range(3):
+        grad["gradients/f/d_y"] = 1.5
+        grad.compute()
+        assert relative_error(grad.array("gradients/f/d_W"), expected["gradients/f/d_W"]) < 1e-5
 
 
 def test_bind_primal_reads_the_forward_instance_in_place():

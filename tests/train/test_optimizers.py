@@ -232,6 +232,16 @@ def test_gradients_from_an_instance_accumulate_then_are_zeroed():
     for name in SHAPES:
         assert relative_error(net[name], before[name] - 0.5 * values[name]) < 1e-6
         assert relative_error(gradient.array(f"gradients/f/d_{name[2:]}"), values[name]) == 0
+    # Another gradient instance: its arrays, not the last step's.
+    other = net.cell("gradients/f").instance()
+    for name in SHAPES:
+        other[f"gradients/f/in_{name[2:]}"] = 3 * values[name]
+    other.compute()
+    before = parameters(net)
+    optimizer.step(other)
+    for name in SHAPES:
+        moved = 0.9 * values[name] + 3 * values[name]
+        assert relative_error(net[name], before[name] - 0.5 * moved) < 1e-6
 
 
 def test_bad_gradients_raise_input_error():
