@@ -210,6 +210,7 @@ def inline_constant(module, root):
         variable.linkage = "private"
         variable.unnamed_addr = True
         variable.align = root.alignment
+        variable.type = irutil.PTR    # used as an opaque ptr, as kernels expect
     return variable
 
 
