@@ -74,13 +74,18 @@ class Compiler:
     ``progress`` is called as compiling goes, ``progress(phase, done, total)``: with done = 0
     as each phase starts ("optimize", "plan", "tune", "cache", "emit", "llvm"), after each
     step emitted with the steps done of the total, and with "done" at the end.
+    ``select(step, target)`` picks each step's kernel (default: the CPU kernel library's
+    :func:`~myelin.codegen.llvm.kernels.select`); a planner for another back end passes its
+    own, whose ``backend`` attribute names that back end in errors
+    (:mod:`myelin.codegen.cuda.planner`).
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
                  threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
-                 loops=None, progress=None):
+                 loops=None, progress=None, select=None):
         self.target = targets.host(features)
+        self.select = select or kernels.select
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
             raise CompileError(f"threads must be at least 1, not {threads}")
@@ -295,7 +300,7 @@ class Compiler:
         for op in order:
             step = Step(op.name, op.type, [spec_of(v) for v in op.inputs],
                         [spec_of(v) for v in op.outputs], op.attrs, op=op)
-            step.kernel = kernels.select(step, target)
+            step.kernel = self.select(step, target)
             if step.kernel is not None:
                 step.variant = step.kernel.variant(step, target)
                 if step.kernel.view(step) and self._may_view(step, looping):
@@ -355,14 +360,14 @@ class Compiler:
         spec.var = var
         return spec
 
-    @staticmethod
-    def _check_supported(planned):
+    def _check_supported(self, planned):
+        backend = getattr(self.select, "backend", "CPU")
         missing = []
         for cell in planned:
             for step in cell.steps:
                 if step.kernel is None:
                     known = registry.find(step.type) is not None
-                    why = "no CPU kernel supports" if known else "unknown op type"
+                    why = f"no {backend} kernel supports" if known else "unknown op type"
                     shapes = ", ".join(t.type_string() for t in step.inputs)
                     missing.append(f"{step.name} ({step.type}: {why} inputs {shapes})")
         if missing:

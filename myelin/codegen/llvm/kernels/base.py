@@ -1,9 +1,7 @@
 """The kernel interface of the CPU back end and the context kernels emit code into.
 
-A kernel generates the code of one step, inline in the cell function. The compiler asks each
-kernel registered for an op type, in order, whether it ``supports`` the step; the first that
-does is used. A kernel also tells the memory planner which input an output may overwrite
-(``inplace``) and whether its output is only a view of its input (``view``: no code at all).
+A kernel generates the code of one step, inline in the cell function; what the planner asks
+of it is :class:`~myelin.plan.kernel.PlannedKernel`'s.
 
 Constants of at most ``INLINE_CONSTANT_BYTES`` are compiled into the code (a private LLVM
 constant each) instead of read from the network's memory, so LLVM folds them into the
@@ -20,6 +18,7 @@ from myelin.codegen.llvm.externals import Externals
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 from myelin.flow import dtypes
 from myelin.plan.cell import CONSTANT
+from myelin.plan.kernel import PlannedKernel
 
 
 PARALLEL_WORK = 1 << 19    # steps doing less (flops or elements visited) stay on one thread
@@ -28,28 +27,9 @@ ELEMENT_WORK = 8           # work counted per element of an element-wise loop (m
 INLINE_CONSTANT_BYTES = 64  # constants up to this size are compiled into the code
 
 
-class Kernel:
-    """Base class of kernels. Subclasses set ``name`` and implement ``emit``."""
-
-    name = "Kernel"
-
-    def supports(self, step, target):
-        return True
-
-    def kernel_name(self, step):
-        """The name shown in cell dumps and profiles."""
-        return self.name
-
-    def variant(self, step, target):
-        return target.isa()
-
-    def view(self, step):
-        """True if output 0 can share the bytes of input 0 unchanged (no code is emitted)."""
-        return False
-
-    def inplace(self, step):
-        """Indices of inputs whose storage output 0 may reuse when they die at this step."""
-        return []
+class Kernel(PlannedKernel):
+    """Base class of CPU kernels (see :class:`~myelin.plan.kernel.PlannedKernel`).
+    Subclasses set ``name`` and implement ``emit``."""
 
     def choices(self, step, target):
         """Options (dicts, read back from ``step.choice`` by ``emit``) among which the

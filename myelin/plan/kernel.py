@@ -1,0 +1,33 @@
+"""What the planner asks of a kernel, whichever back end generates its code.
+
+The compiler asks each kernel registered for an op type, in order, whether it ``supports`` a
+step; the first that does is used. The kernel then names itself in dumps (``kernel_name``,
+``variant``) and tells the memory planner whether its output is only a view of its input
+(``view``: no code at all) and which inputs an output may overwrite (``inplace``). The CPU's
+kernels (:class:`myelin.codegen.llvm.kernels.base.Kernel`) and the GPU's
+(:class:`myelin.codegen.cuda.kernels.base.CudaKernel`) add how they generate code.
+"""
+
+
+class PlannedKernel:
+    """Base class of every back end's kernels. Subclasses set ``name``."""
+
+    name = "Kernel"
+
+    def supports(self, step, target):
+        return True
+
+    def kernel_name(self, step):
+        """The name shown in cell dumps and profiles."""
+        return self.name
+
+    def variant(self, step, target):
+        return target.isa()
+
+    def view(self, step):
+        """True if output 0 can share the bytes of input 0 unchanged (no code)."""
+        return False
+
+    def inplace(self, step):
+        """Indices of inputs whose storage output 0 may reuse when they die at this step."""
+        return []
