@@ -1,0 +1,317 @@
+"""Element-wise ops in CUDA C: one expression generator per op type.
+
+``expression(op_type, args, in_dtypes, out_dtype, attrs)`` is the CUDA C expression of one op
+applied to ``args``: C identifiers or literals of the inputs' compute types
+(:mod:`~myelin.codegen.cuda.cudatypes`), each of which may appear more than once in the result.
+This is the GPU back end's lowering table, the counterpart of the CPU's
+:mod:`myelin.codegen.llvm.elementwise` (it covers the op registry's element-wise op types and
+follows the same semantics: NaN-propagating Minimum/Maximum, integer division truncating toward
+zero with ``x / 0 = 0``, wrapping integer arithmetic, ...). float16 is computed in float, so it
+uses the ``f`` functions of CUDA's math library (``expf``, ``erff``); float64 the others. Helpers
+too long for one expression (integer division, Mod, BitShift) are templates of the module prelude
+(:mod:`~myelin.codegen.cuda.support`).
+"""
+
+from myelin.codegen.cuda import cudatypes
+from myelin.errors import CompileError
+
+
+def _fn(name, dtype):
+    """CUDA's math function ``name`` for ``dtype``: ``expf`` for float (and float16)."""
+    return name if dtype == "float64" else name + "f"
+
+
+def _one(dtype):
+    return cudatypes.literal(1, dtype)
+
+
+def _zero(dtype):
+    return cudatypes.literal(0, dtype)
+
+
+def _wide(dtype):
+    """The unsigned type integer arithmetic of ``dtype`` wraps in (no signed overflow, and no
+    promotion of 16-bit values to int that could overflow)."""
+    return "uint64_t" if dtype in ("int64", "uint64") else "uint32_t"
+
+
+def _wrapping(op):
+    def generate(args, types, out, attrs):
+        x, y = args
+        if cudatypes.is_float(types[0]):
+            return f"({x} {op} {y})"
+        wide = _wide(types[0])
+        return f"(({cudatypes.compute(out)})(({wide}){x} {op} ({wide}){y}))"
+    return generate
+
+
+def _div(args, types, out, attrs):
+    x, y = args
+    if cudatypes.is_float(types[0]):
+        return f"({x} / {y})"
+    return f"my_idiv<{cudatypes.compute(out)}, {_wide(out)}>({x}, {y})"
+
+
+def _minmax(pick_less):
+    def generate(args, types, out, attrs):
+        x, y = args
+        if types[0] == "bool":
+            return f"({x} && {y})" if pick_less else f"({x} || {y})"
+        chosen = f"({x} < {y} ? {x} : {y})" if pick_less else f"({x} < {y} ? {y} : {x})"
+        if cudatypes.is_float(types[0]):   # a NaN in x or y gives NaN, as NumPy
+            return f"(({x} != {x} || {y} != {y}) ? {x} + {y} : {chosen})"
+        return chosen
+    return generate
+
+
+def _neg(args, types, out, attrs):
+    (x,) = args
+    if cudatypes.is_float(types[0]):
+        return f"(-{x})"
+    return f"(({cudatypes.compute(out)})(({_wide(out)})0 - ({_wide(out)}){x}))"
+
+
+def _abs(args, types, out, attrs):
+    (x,) = args
+    if cudatypes.is_float(types[0]):
+        return f"{_fn('fabs', out)}({x})"
+    if types[0] in cudatypes.UNSIGNED:
+        return x
+    return f"({x} < 0 ? {_neg(args, types, out, attrs)} : {x})"
+
+
+def _sign(args, types, out, attrs):
+    (x,) = args
+    value = f"(({cudatypes.compute(out)})(({x} > 0) - ({x} < 0)))"
+    if cudatypes.is_float(types[0]):
+        return f"({x} != {x} ? {x} : {value})"      # NaN stays NaN
+    return value
+
+
+def _relu(args, types, out, attrs):
+    (x,) = args
+    return f"({x} > {_zero(out)} ? {x} : {_zero(out)})"
+
+
+def _square(args, types, out, attrs):
+    (x,) = args
+    return _wrapping("*")([x, x], types, out, attrs)
+
+
+def _call(name):
+    def generate(args, types, out, attrs):
+        return f"{_fn(name, out)}({', '.join(args)})"
+    return generate
+
+
+def _recip(value, dtype):
+    return f"({_one(dtype)} / {value})"
+
+
+def _reciprocal_of(name):
+    def generate(args, types, out, attrs):
+        return _recip(f"{_fn(name, out)}({args[0]})", out)
+    return generate
+
+
+def _of_reciprocal(name):
+    def generate(args, types, out, attrs):
+        return f"{_fn(name, out)}({_recip(args[0], out)})"
+    return generate
+
+
+def _rsqrt(args, types, out, attrs):
+    return f"{'rsqrt' if out == 'float64' else 'rsqrtf'}({args[0]})"
+
+
+def _sigmoid(args, types, out, attrs):
+    (x,) = args
+    return _recip(f"({_one(out)} + {_fn('exp', out)}(-{x}))", out)
+
+
+def _softplus(args, types, out, attrs):
+    """max(x, 0) + log1p(exp(-|x|)): no overflow for large x."""
+    (x,) = args
+    zero = _zero(out)
+    return (f"(({x} > {zero} ? {x} : {zero}) + "
+            f"{_fn('log1p', out)}({_fn('exp', out)}(-{_fn('fabs', out)}({x}))))")
+
+
+def _log_sigmoid(args, types, out, attrs):
+    """min(x, 0) - log1p(exp(-|x|))."""
+    (x,) = args
+    zero = _zero(out)
+    return (f"(({x} < {zero} ? {x} : {zero}) - "
+            f"{_fn('log1p', out)}({_fn('exp', out)}(-{_fn('fabs', out)}({x}))))")
+
+
+def _softsign(args, types, out, attrs):
+    (x,) = args
+    return f"({x} / ({_one(out)} + {_fn('fabs', out)}({x})))"
+
+
+def _gelu(args, types, out, attrs):
+    """x Phi(x) as 0.5 x erfc(-x / sqrt 2), or x / (1 + exp(-2u)) for the tanh form, without
+    the cancellation of 1 + erf (or 1 + tanh) for negative x."""
+    (x,) = args
+
+    def c(value):
+        return cudatypes.literal(value, out)
+    if attrs.get_str("approximate", "none") == "tanh":
+        u = f"({c(0.7978845608028654)} * ({x} + {c(0.044715)} * {x} * {x} * {x}))"
+        return f"({x} / ({_one(out)} + {_fn('exp', out)}({c(-2.0)} * {u})))"
+    return f"({c(0.5)} * {x} * {_fn('erfc', out)}({c(-0.7071067811865476)} * {x}))"
+
+
+def _compare(op):
+    def generate(args, types, out, attrs):
+        # C's != is true for NaN operands and the others false, as IEEE and NumPy.
+        return f"({args[0]} {op} {args[1]})"
+    return generate
+
+
+def _logic(op):
+    def generate(args, types, out, attrs):
+        return f"({args[0]} {op} {args[1]})"
+    return generate
+
+
+def _bitwise(op):
+    def generate(args, types, out, attrs):
+        return f"(({cudatypes.compute(out)})({args[0]} {op} {args[1]}))"
+    return generate
+
+
+def _bitwise_not(args, types, out, attrs):
+    return f"(({cudatypes.compute(out)})(~{args[0]}))"
+
+
+def _mod(args, types, out, attrs):
+    x, y = args
+    fmod = attrs.get_int("fmod", 0)
+    if cudatypes.is_float(types[0]):
+        return f"{_fn('fmod', out)}({x}, {y})" if fmod else f"my_mod({x}, {y})"
+    return f"my_imod<{cudatypes.compute(out)}>({x}, {y}, {'true' if fmod else 'false'})"
+
+
+def _bitshift(args, types, out, attrs):
+    direction = attrs.get_str("direction", "LEFT")
+    helper = "my_shift_left" if direction == "LEFT" else "my_shift_right"
+    return f"{helper}<{cudatypes.compute(out)}, {_wide(out)}>({args[0]}, {args[1]})"
+
+
+def _isinf(args, types, out, attrs):
+    (x,) = args
+    infinity = cudatypes.literal(float("inf"), types[0])
+    tests = []
+    if attrs.get_bool("detect_positive", True):
+        tests.append(f"{x} == {infinity}")
+    if attrs.get_bool("detect_negative", True):
+        tests.append(f"{x} == -{infinity}")
+    return f"({' || '.join(tests) or 'false'})"
+
+
+def _cast(args, types, out, attrs):
+    (x,) = args
+    if out == "bool":
+        return f"({x} != 0)"
+    return f"(({cudatypes.compute(out)}){x})"
+
+
+_TABLE = {
+    "Add": _wrapping("+"),
+    "Sub": _wrapping("-"),
+    "Mul": _wrapping("*"),
+    "Div": _div,
+    "Minimum": _minmax(True),
+    "Maximum": _minmax(False),
+    "Pow": _call("pow"),
+    "Neg": _neg,
+    "Abs": _abs,
+    "Sign": _sign,
+    "Relu": _relu,
+    "Square": _square,
+    "Sqrt": _call("sqrt"),
+    "Rsqrt": _rsqrt,
+    "Reciprocal": lambda a, t, o, at: _recip(a[0], o),
+    "Floor": _call("floor"),
+    "Ceil": _call("ceil"),
+    "Round": _call("rint"),
+    "Trunc": _call("trunc"),
+    "Exp": _call("exp"),
+    "Log": _call("log"),
+    "Erf": _call("erf"),
+    "Sigmoid": _sigmoid,
+    "Softplus": _softplus,
+    "LogSigmoid": _log_sigmoid,
+    "Softsign": _softsign,
+    "Gelu": _gelu,
+    "Sin": _call("sin"),
+    "Cos": _call("cos"),
+    "Tan": _call("tan"),
+    "Asin": _call("asin"),
+    "Acos": _call("acos"),
+    "Atan": _call("atan"),
+    "Sinh": _call("sinh"),
+    "Cosh": _call("cosh"),
+    "Tanh": _call("tanh"),
+    "Asinh": _call("asinh"),
+    "Acosh": _call("acosh"),
+    "Atanh": _call("atanh"),
+    "Cot": _reciprocal_of("tan"),
+    "Sec": _reciprocal_of("cos"),
+    "Csc": _reciprocal_of("sin"),
+    "Coth": _reciprocal_of("tanh"),
+    "Sech": _reciprocal_of("cosh"),
+    "Csch": _reciprocal_of("sinh"),
+    "Acot": _of_reciprocal("atan"),
+    "Asec": _of_reciprocal("acos"),
+    "Acsc": _of_reciprocal("asin"),
+    "Acoth": _of_reciprocal("atanh"),
+    "Asech": _of_reciprocal("acosh"),
+    "Acsch": _of_reciprocal("asinh"),
+    "Equal": _compare("=="),
+    "NotEqual": _compare("!="),
+    "Less": _compare("<"),
+    "LessEqual": _compare("<="),
+    "Greater": _compare(">"),
+    "GreaterEqual": _compare(">="),
+    "And": _logic("&&"),
+    "Or": _logic("||"),
+    "Xor": _logic("!="),
+    "Not": lambda a, t, o, at: f"(!{a[0]})",
+    "Cond": lambda a, t, o, at: f"({a[0]} ? {a[1]} : {a[2]})",
+    "Select": lambda a, t, o, at: f"({a[0]} ? {a[1]} : {_zero(o)})",
+    "Identity": lambda a, t, o, at: a[0],
+    "Mod": _mod,
+    "BitShift": _bitshift,
+    "BitwiseAnd": _bitwise("&"),
+    "BitwiseOr": _bitwise("|"),
+    "BitwiseXor": _bitwise("^"),
+    "BitwiseNot": _bitwise_not,
+    "IsNaN": lambda a, t, o, at: f"({a[0]} != {a[0]})",
+    "IsInf": _isinf,
+    "Cast": _cast,
+}
+
+
+def op_types():
+    """Every op type with a CUDA C expression."""
+    return frozenset(_TABLE)
+
+
+def supported(op_type):
+    """True if the op type has a CUDA C expression."""
+    return op_type in _TABLE
+
+
+def expression(op_type, args, in_dtypes, out_dtype, attrs):
+    """The CUDA C expression of ``op_type`` applied to ``args`` (identifiers or literals of
+    the compute types of ``in_dtypes``); its value has the compute type of ``out_dtype``."""
+    try:
+        generate = _TABLE[op_type]
+    except KeyError:
+        raise CompileError(f"no CUDA C expression for op type {op_type}") from None
+    for dtype in list(in_dtypes) + [out_dtype]:
+        cudatypes.check(dtype)
+    return generate(list(args), list(in_dtypes), out_dtype, attrs)

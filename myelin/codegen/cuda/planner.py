@@ -1,0 +1,71 @@
+"""Planning a flow for the GPU: the CPU compiler's optimizer, fusion and memory plan, with
+CUDA kernels chosen per step, then the code of every step.
+
+:func:`plan` runs :class:`~myelin.compiler.Compiler`'s preparation (optimize a copy of the
+flow, order and plan each function, place its tensors in instance memory) with the CUDA kernel
+selector (:data:`myelin.codegen.cuda.kernels.select`), so a step no CUDA kernel supports
+raises one UnsupportedOpError listing all of them. Each cell's steps then generate their
+kernels and library calls, in execution order; steps that are views generate nothing.
+"""
+
+import dataclasses
+
+from myelin import optimize
+from myelin.codegen.cuda import kernels
+from myelin.codegen.cuda.kernels.base import KernelCode, Names
+from myelin.codegen.cuda.target import CudaTarget
+
+GPU_ALIGNMENT = 256     # bytes: what cudaMalloc guarantees, and a whole number of sectors
+
+
+@dataclasses.dataclass
+class CudaCell:
+    """A planned cell: its steps and tensors (with their instance offsets), its (instance
+    size, size without reuse), and ``work``: (step, [KernelCode or GemmCall, ...]) in
+    execution order."""
+
+    name: str
+    steps: list
+    tensors: list
+    sizes: tuple
+    work: list
+
+
+@dataclasses.dataclass
+class CudaPlan:
+    """A flow planned for ``target``: the optimized flow, its cells, its globals by name."""
+
+    flow: object
+    cells: list
+    globals: dict
+    target: CudaTarget
+
+    def cell(self, name):
+        for cell in self.cells:
+            if cell.name == name:
+                return cell
+        raise KeyError(name)
+
+    def kernels(self):
+        """Every generated kernel of every cell, in order (the module's contents)."""
+        return [item for cell in self.cells for _, items in cell.work for item in items
+                if isinstance(item, KernelCode)]
+
+
+def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
+         disable_passes=()):
+    """Plan every function of ``flow`` for ``target`` (default: ``CudaTarget()``)."""
+    from myelin.compiler import Compiler      # (the driver sits above the back ends)
+
+    target = target or CudaTarget()
+    compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
+                        alignment=GPU_ALIGNMENT, disable_passes=disable_passes, threads=1,
+                        cache=False, select=kernels.select)
+    optimized, planned, globals_ = compiler._prepare(flow, target)
+    names = Names()
+    cells = []
+    for cell in planned:
+        work = [(step, step.kernel.generate(step, names)) for step in cell.steps
+                if not step.noop]
+        cells.append(CudaCell(cell.name, cell.steps, cell.tensors, cell.sizes, work))
+    return CudaPlan(optimized, cells, globals_, target)

@@ -1,0 +1,110 @@
+"""The CUDA module cache: memory and disk hits, keys, damaged entries and $MYELIN_CACHE=off."""
+
+import logging
+
+import pytest
+
+import emulator
+import myelin
+from myelin.codegen.cuda import module, planner
+from myelin.codegen.cuda.modulecache import ModuleCache
+from myelin.codegen.cuda.target import CudaTarget
+
+
+@pytest.fixture
+def kernels():
+    """The kernels of a small flow (and NVRTC, or the test skips)."""
+    emulator.require_nvrtc()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    f.tanh(f.exp(f.var("x", "float32", [8])))
+    return planner.plan(flow).kernels()
+
+
+def entries(directory):
+    return sorted(directory.glob("*.cubin"))
+
+
+def test_memory_and_disk_hits(kernels, tmp_path):
+    target = CudaTarget("sm_80")
+    cache = ModuleCache(tmp_path)
+    first = module.build(kernels, target, cache)
+    assert first.origin == "nvrtc"
+    key = cache.key(cache.fields(first.source, "sm_80"))
+    assert entries(tmp_path) == [tmp_path / f"{key}.cubin"]
+    again = module.build(kernels, target, cache)
+    assert again.origin == "memory" and again.binary is first.binary
+    fresh = ModuleCache(tmp_path)
+    loaded = module.build(kernels, target, fresh)
+    assert loaded.origin == "disk" and loaded.binary == first.binary
+    assert module.build(kernels, target, fresh).origin == "memory"
+
+
+def test_key_changes_with_arch_options_and_source(kernels, tmp_path):
+    source = module.module_source(kernels)
+    variants = [(source, "sm_80", ()), (source, "sm_90", ()), (source, "sm_80", ("-lineinfo",)),
+                (source + "\n", "sm_80", ())]
+    keys = {ModuleCache.key(ModuleCache.fields(*variant)) for variant in variants}
+    assert len(keys) == len(variants)
+    cache = ModuleCache(tmp_path)
+    for variant in variants:
+        cache.compile(*variant)
+        assert cache.origin == "nvrtc"
+    assert [path.stem for path in entries(tmp_path)] == sorted(keys)
+
+
+def _flip_bit(data, rng):
+    position = int(rng.integers(len(data) * 8))
+    data[position // 8] ^= 1 << (position % 8)
+    return data
+
+
+def _huge_header_length(data, rng):
+    """The header length (after the 8-byte magic and 4-byte format) gets a high bit."""
+    data[8 + 4 + int(rng.integers(4, 8))] |= 0x40
+    return data
+
+
+DAMAGE = {
+    "bit flip": _flip_bit,
+    "huge header length": _huge_header_length,
+    "truncation": lambda data, rng: data[:int(rng.integers(len(data)))],
+    "garbage": lambda data, rng: bytearray(rng.bytes(int(rng.integers(1, 2 * len(data))))),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE) + ["other key"])
+def test_damaged_entry_is_recompiled(damage, kernels, tmp_path, rng, caplog):
+    """A damaged entry (a random bit flipped, a header length too large to read, a random
+    length kept, random bytes, or an entry written for another key) is ignored with a warning, compiled again and rewritten."""
+    source = module.module_source(kernels)
+    cache = ModuleCache(tmp_path)
+    binary = cache.compile(source, "sm_80")
+    (path,) = entries(tmp_path)
+    if damage == "other key":
+        cache.compile(source, "sm_90")
+        other = next(p for p in entries(tmp_path) if p != path)
+        path.write_bytes(other.read_bytes())
+    else:
+        path.write_bytes(bytes(DAMAGE[damage](bytearray(path.read_bytes()), rng)))
+    fresh = ModuleCache(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        assert fresh.compile(source, "sm_80") == binary
+    assert fresh.origin == "nvrtc"
+    assert f"ignoring CUDA module cache entry {path}" in caplog.text
+    repaired = ModuleCache(tmp_path)
+    assert repaired.compile(source, "sm_80") == binary and repaired.origin == "disk"
+
+
+@pytest.mark.parametrize("setting", ["off", ""])
+def test_myelin_cache_off_keeps_modules_in_memory(setting, kernels, tmp_path, monkeypatch):
+    monkeypatch.setenv("MYELIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MYELIN_CACHE", setting)
+    monkeypatch.setattr(module, "_default_cache", None)
+    cache = module.default_cache()
+    assert module.default_cache() is cache
+    target = CudaTarget("sm_80")
+    assert module.build(kernels, target).origin == "nvrtc"
+    assert module.build(kernels, target).origin == "memory"
+    written = entries(tmp_path / "cuda") if (tmp_path / "cuda").exists() else []
+    assert len(written) == (0 if setting == "off" else 1)
