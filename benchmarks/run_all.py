@@ -8,6 +8,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import compile_cache  # noqa: E402
 import control_flow  # noqa: E402
 import fusion  # noqa: E402
+import gpu  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
 import training  # noqa: E402
@@ -24,6 +25,7 @@ def main():
     compile_cache.main(warm_runs=5)
     control_flow.main()
     training.main()
+    gpu.main()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
     ...
 """
 
-from myelin.errors import (CompileError, FlowError, FlowFormatError, InputError, MyelinError,
-                           ShapeError, UnsupportedOpError, UnsupportedTypeError)
+from myelin.errors import (CompileError, DeviceError, FlowError, FlowFormatError, InputError,
+                           MyelinError, ShapeError, UnsupportedOpError, UnsupportedTypeError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
 from myelin.flow.builder import Builder
 from myelin import reference

@@ -45,3 +45,8 @@ class InputError(MyelinError, ValueError):
 
 class CompileError(MyelinError, RuntimeError):
     """The compiler failed internally; the message names the op or step it was working on."""
+
+
+class DeviceError(MyelinError, RuntimeError):
+    """A GPU cannot be used: its driver, the device or a library it needs is missing, or the
+    driver reported a failure (out of memory, a failed launch); the message says which."""

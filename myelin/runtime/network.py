@@ -155,7 +155,7 @@ class Cell:
         self.unshared_size = unshared_size
         self.instance_alignment = alignment
         self.address = address
-        self._function = _CELL_FUNCTION(address)
+        self._function = _CELL_FUNCTION(address) if address else None  # (None: a GPU cell)
         self._counters = counters  # int64 [1 + steps, 2] the code adds to, or None
         self._tensors = [t for t in tensors if not t.is_global]
         self._references = sum(1 for t in self._tensors if t.ref)
