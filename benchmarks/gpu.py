@@ -29,8 +29,8 @@ from torch_models import ResNet18, encoder, export  # noqa: E402
 
 import myelin.cuda  # noqa: E402
 import myelin.onnx  # noqa: E402
-from myelin.runtime.cuda.cudadriver import default_driver  # noqa: E402
 from myelin.errors import DeviceError, UnsupportedOpError  # noqa: E402
+from myelin.runtime.cuda.cudadriver import default_driver  # noqa: E402
 
 TORCH_OPS = {"Mul": torch.mul, "Add": torch.add, "Sub": torch.sub, "Max": torch.clamp_min,
              "Min": torch.clamp_max, "Abs": torch.abs, "Neg": torch.neg}

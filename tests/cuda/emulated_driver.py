@@ -16,8 +16,8 @@ import tempfile
 import numpy as np
 
 from emulator import DEVICE, Emulator
-from myelin.runtime.cuda.driver import Driver
 from myelin.flow import dtypes
+from myelin.runtime.cuda.driver import Driver
 
 ALIGNMENT = 256
 

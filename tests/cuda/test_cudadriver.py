@@ -13,9 +13,9 @@ import pytest
 
 import myelin
 from emulator import require_nvrtc
+from myelin.errors import DeviceError
 from myelin.runtime.cuda import cudadriver
 from myelin.runtime.cuda.network import compile
-from myelin.errors import DeviceError
 
 cu = pytest.importorskip("cuda.bindings.driver")
 SUCCESS = cu.CUresult.CUDA_SUCCESS

@@ -11,9 +11,9 @@ import myelin
 from gpumodels import gather_flow, imported_model, matmul_flow, mlp_flow
 from jitcheck import guide_flow, relative_error
 from myelin import reference
+from myelin.errors import DeviceError
 from myelin.runtime.cuda import cudadriver
 from myelin.runtime.cuda.network import compile
-from myelin.errors import DeviceError
 
 
 @pytest.fixture(scope="module")

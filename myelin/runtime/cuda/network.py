@@ -23,13 +23,13 @@ import numpy as np
 from myelin import optimize
 from myelin.codegen.cuda import module as modules
 from myelin.codegen.cuda import planner
-from myelin.runtime.cuda.driver import Arguments, column_major
 from myelin.codegen.cuda.kernels import GemmCall, KernelCode
 from myelin.codegen.cuda.target import CudaTarget
-from myelin.runtime.cuda.tensor import DeviceTensor
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
 from myelin.plan.cell import CONSTANT
+from myelin.runtime.cuda.driver import Arguments, column_major
+from myelin.runtime.cuda.tensor import DeviceTensor
 from myelin.runtime.network import Cell, Network
 
 _STATUS = np.dtype(np.int32)     # a kernel's status word

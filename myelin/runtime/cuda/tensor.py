@@ -9,10 +9,10 @@ without a copy, through ``__cuda_array_interface__`` (version 3, with the stream
 
 import numpy as np
 
-from myelin.runtime.cuda import dlpack
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.plan.cell import CONSTANT
+from myelin.runtime.cuda import dlpack
 from myelin.runtime.network import _coerce
 
 
