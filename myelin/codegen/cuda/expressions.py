@@ -163,14 +163,9 @@ def _gelu(args, types, out, attrs):
     return f"({c(0.5)} * {x} * {_fn('erfc', out)}({c(-0.7071067811865476)} * {x}))"
 
 
-def _compare(op):
-    def generate(args, types, out, attrs):
-        # C's != is true for NaN operands and the others false, as IEEE and NumPy.
-        return f"({args[0]} {op} {args[1]})"
-    return generate
-
-
-def _logic(op):
+def _infix(op):
+    """A C infix operator: comparisons (C's != is true for NaN operands and the others false,
+    as IEEE and NumPy) and logic on bools."""
     def generate(args, types, out, attrs):
         return f"({args[0]} {op} {args[1]})"
     return generate
@@ -270,15 +265,15 @@ _TABLE = {
     "Acoth": _of_reciprocal("atanh"),
     "Asech": _of_reciprocal("acosh"),
     "Acsch": _of_reciprocal("asinh"),
-    "Equal": _compare("=="),
-    "NotEqual": _compare("!="),
-    "Less": _compare("<"),
-    "LessEqual": _compare("<="),
-    "Greater": _compare(">"),
-    "GreaterEqual": _compare(">="),
-    "And": _logic("&&"),
-    "Or": _logic("||"),
-    "Xor": _logic("!="),
+    "Equal": _infix("=="),
+    "NotEqual": _infix("!="),
+    "Less": _infix("<"),
+    "LessEqual": _infix("<="),
+    "Greater": _infix(">"),
+    "GreaterEqual": _infix(">="),
+    "And": _infix("&&"),
+    "Or": _infix("||"),
+    "Xor": _infix("!="),
     "Not": lambda a, t, o, at: f"(!{a[0]})",
     "Cond": lambda a, t, o, at: f"({a[0]} ? {a[1]} : {a[2]})",
     "Select": lambda a, t, o, at: f"({a[0]} ? {a[1]} : {_zero(o)})",
