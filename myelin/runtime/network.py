@@ -70,7 +70,7 @@ class Tensor:
         return str(self._array)
 
 
-def _coerce(spec_name, spec_dtype, shape, value):
+def coerce_value(spec_name, spec_dtype, shape, value):
     """``value`` as an array of the tensor's dtype and shape, or InputError saying why not."""
     array = np.asarray(value)
     target = dtypes.to_numpy(spec_dtype)
@@ -136,7 +136,7 @@ class Network:
         if not array.flags.writeable:
             raise InputError(f"global tensor {spec.name} is a constant, compiled into the "
                              f"code; make it a learnable variable to change it")
-        array[...] = _coerce(spec.name, spec.dtype, array.shape, value)
+        array[...] = coerce_value(spec.name, spec.dtype, array.shape, value)
 
     def globals(self):
         return list(self._globals)
@@ -340,11 +340,11 @@ class Instance:
         index = self._resolve(key)
         spec = self.cell._tensors[index]
         if spec.ref:     # bound in place when it can be, else to a converted copy
-            array = _coerce(spec.name, spec.dtype, spec.shape, value)
+            array = coerce_value(spec.name, spec.dtype, spec.shape, value)
             self.bind(index, np.ascontiguousarray(array, dtypes.to_numpy(spec.dtype)))
             return
         view = self._view(index)
-        view[...] = _coerce(spec.name, spec.dtype, view.shape, value)
+        view[...] = coerce_value(spec.name, spec.dtype, view.shape, value)
 
     def __str__(self):
         lines = []

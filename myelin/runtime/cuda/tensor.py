@@ -13,7 +13,7 @@ from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.plan.cell import CONSTANT
 from myelin.runtime.cuda import dlpack
-from myelin.runtime.network import _coerce
+from myelin.runtime.network import coerce_value
 
 
 class DeviceTensor:
@@ -60,7 +60,7 @@ class DeviceTensor:
         if self._readonly:
             raise InputError(f"tensor {self._spec.name} is a constant, compiled into the "
                              f"code; make it a learnable variable to change it")
-        array = _coerce(self._spec.name, self._spec.dtype, self._shape, value)
+        array = coerce_value(self._spec.name, self._spec.dtype, self._shape, value)
         self._driver.upload(self._address, np.ascontiguousarray(array, self._dtype),
                             self._stream)
 
