@@ -117,7 +117,7 @@ class Compiler:
         ``flow`` is the optimized copy, and ``compiler.report`` lists the passes run.
         """
         self.timings = {}
-        flow, planned, globals_ = self._prepare(flow, self.target)
+        flow, planned, globals_ = self.prepare(flow, self.target)
         if self.tune:
             self.progress("tune", 0, 0)
             start = time.perf_counter()
@@ -155,7 +155,7 @@ class Compiler:
         (see :mod:`myelin.codegen.llvm.externals`)."""
         self.timings = {}
         target = targets.cross(triple, cpu, features)
-        flow, planned, globals_ = self._prepare(flow, target)
+        flow, planned, globals_ = self.prepare(flow, target)
         start = time.perf_counter()
         self._place_globals(globals_)
         module, _ = self._emit_module(planned, *self._symbols(planned), target)
@@ -166,7 +166,7 @@ class Compiler:
         self.progress("done", 0, 0)
         return code
 
-    def _prepare(self, flow, target):
+    def prepare(self, flow, target):
         """Optimize a copy of ``flow`` and plan its functions for ``target``: returns (the
         optimized flow, a :class:`PlannedCell` per function, its globals by name)."""
         self.progress("optimize", 0, 0)

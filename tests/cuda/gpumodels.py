@@ -73,3 +73,16 @@ def imported_model(name, scale, rng):
                                      {"x": x.shape})
     with torch.no_grad():
         return graph, x, module(tensor).numpy()
+
+
+def imported_model_error(driver, name, scale, rng):
+    """The relative error of :func:`imported_model` ``name`` compiled for ``driver`` and run
+    on its input, against PyTorch."""
+    from jitcheck import relative_error
+    from myelin.runtime.cuda.network import compile
+
+    graph, x, want = imported_model(name, scale, rng)
+    data = compile(graph.flow, driver).cells[0].instance()
+    data[graph.inputs[0].var] = x
+    data.compute()
+    return relative_error(data[graph.outputs[0].var].numpy(), want)

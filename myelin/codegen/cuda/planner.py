@@ -61,7 +61,7 @@ def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
     compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
                         alignment=GPU_ALIGNMENT, disable_passes=disable_passes, threads=1,
                         cache=False, select=kernels.select)
-    optimized, planned, globals_ = compiler._prepare(flow, target)
+    optimized, planned, globals_ = compiler.prepare(flow, target)
     names = Names()
     cells = []
     for cell in planned:
