@@ -187,7 +187,9 @@ def test_parallel_kernels_on_concurrent_threads():
         t.join()
     for k in range(3):
         assert not isinstance(results[k], str), results[k]
-        np.testing.assert_allclose(results[k], expected[k], rtol=1e-4, atol=1e-5)
+        # 200-term float32 dot products of magnitude ~15 carry about 1e-5 of rounding,
+        # which tanh passes on unchanged near zero.
+        np.testing.assert_allclose(results[k], expected[k], rtol=1e-4, atol=1e-4)
 
 
 def test_unsupported_ops_are_listed_at_once():
