@@ -243,7 +243,9 @@ def _gelu_derivative(b, g):
 _UNARY_GRADIENTS = {
     "Neg": lambda b, g, dy: b.neg(dy),
     "Abs": lambda b, g, dy: b.mul(dy, b.sign(g.x)),
-    "Relu": lambda b, g, dy: b.select(b.greater(g.x, 0.0), dy),
+    # From the output: the forward pass keeps only y (a product's epilogue computes x in
+    # registers), and y > 0 exactly where x > 0.
+    "Relu": lambda b, g, dy: b.select(b.greater(g.y, 0.0), dy),
     "Square": lambda b, g, dy: b.mul(dy, b.mul(g.x, 2.0)),
     "Sqrt": lambda b, g, dy: b.div(b.mul(dy, 0.5), g.y),
     "Rsqrt": lambda b, g, dy: b.mul(b.mul(dy, -0.5), b.mul(b.square(g.y), g.y)),

@@ -6,7 +6,9 @@ The rules follow NNVM's OpFusion, by the fusion kind of each op in the registry:
    value passes at the group's shape (its *domain*), or when a smaller group's only result is
    broadcast into the consumer (it is then recomputed per element; loop-invariant code motion
    hoists it out of the inner loop). A merge that would make a cycle through an outside op is
-   refused.
+   refused. A ``Cond`` or ``Select`` joins a group with the comparison that computes its
+   condition from values of the group's type (a ReLU's gradient, ``Select(Greater(y, 0), dy)``),
+   when nothing else reads the condition: the bool stays in registers.
 2. A ``MatMul`` (or ``Conv``) whose only consumer is a one-output element-wise group of the
    product's shape absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual
    add, ...) or ``FusedConv`` (whose other inputs must have the output's shape or one element).
@@ -26,6 +28,7 @@ from myelin.ops.registry import Kind
 
 _FUSED_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16",
                           "float32", "float64"})
+_CONDITIONAL = frozenset({"Cond", "Select"})   # ops whose first input is a bool condition
 
 
 class Group:
@@ -48,19 +51,44 @@ class Group:
                 if v.is_output or any(id(c) not in members for c in v.consumers)]
 
 
-def _elementwise(op, ctx):
-    """True if ``op`` may be part of a fused element-wise group."""
+def _fusable_kind(op, ctx):
+    """True if ``op`` is one element-wise or broadcast op with default attributes that the back
+    end can fuse."""
     opdef = registry.find(op.type)
     if opdef is None or opdef.kind not in (Kind.ELEMWISE, Kind.BROADCAST):
         return False
-    if len(op.outputs) != 1 or not _default_attributes(op, opdef):
+    if len(op.outputs) != 1 or not op.inputs or not _default_attributes(op, opdef):
+        return False
+    return ctx.fusable is None or ctx.fusable(op.type)
+
+
+def _elementwise(op, ctx):
+    """True if ``op`` may be part of a fused element-wise group."""
+    if not _fusable_kind(op, ctx):
         return False
     out = op.outputs[0]
     if out.dtype not in _FUSED_TYPES or out.is_input or out.is_global or out.ref:
         return False
-    if any(v.dtype != out.dtype for v in op.inputs) or not op.inputs:
+    data = op.inputs[1:] if op.type in _CONDITIONAL else op.inputs
+    if not data or any(v.dtype != out.dtype for v in data):
         return False
-    return ctx.fusable is None or ctx.fusable(op.type)
+    return op.type not in _CONDITIONAL or _predicate(op, ctx) is not None
+
+
+def _predicate(op, ctx):
+    """The op computing the condition of ``op`` (a Cond or Select) from values of ``op``'s
+    element type, if it can be computed inside ``op``'s group: nothing else reads the
+    condition. Else None."""
+    condition = op.inputs[0]
+    producer = condition.producer
+    if (producer is None or condition.is_output or condition.ref
+            or any(c is not op for c in condition.consumers)):
+        return None
+    if not _fusable_kind(producer, ctx):
+        return None
+    if any(v.dtype != op.outputs[0].dtype for v in producer.inputs):
+        return None
+    return producer
 
 
 def _default_attributes(op, opdef):
@@ -101,7 +129,13 @@ def _form_elementwise_groups(order, ctx):
             continue
         group = Group(op)
         group_of[id(op)] = group
-        for var in op.inputs:
+        reads = [(op, var) for var in op.inputs]     # (reader, value) pairs
+        if op.type in _CONDITIONAL:
+            predicate = _predicate(op, ctx)
+            group.ops.insert(0, predicate)
+            group_of[id(predicate)] = group
+            reads = [(predicate, var) for var in predicate.inputs] + reads[1:]
+        for reader, var in reads:
             producer = var.producer
             other = group_of.get(id(producer)) if producer is not None else None
             if other is None or other is group or other.dtype != group.dtype:
@@ -110,7 +144,7 @@ def _form_elementwise_groups(order, ctx):
                 pass
             elif not (_broadcasts_to(other.domain, group.domain) and not var.is_output
                       and other.external_outputs() == [var]
-                      and all(c is op for c in var.consumers)):
+                      and all(c is reader for c in var.consumers)):
                 continue
             members = group.members() | other.members()
             if (_reaches(other.ops, group.members(), members)

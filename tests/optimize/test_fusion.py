@@ -104,6 +104,49 @@ def test_broadcast_scalar_subgroup_is_inlined():
     assert ("Calculate", "@0=Mul(Exp(%1),Reciprocal(%0))") in ops
 
 
+def test_a_comparison_fuses_into_the_select_it_feeds():
+    """A ReLU's gradient, Select(Greater(y, 0), dy): the bool condition stays in registers,
+    and the group is the epilogue of the product computing dy; results against the
+    reference."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    y = f.var("y", "float32", [9, 20])
+    dy = f.matmul(f.var("a", "float32", [9, 7]), f.var("w", "float32", [20, 7]),
+                  transpose_b=True)
+    f.select(f.greater(y, 0.0), dy, name="dx")
+    flow.infer_inputs_and_outputs()
+    assert types_and_recipes(fused(flow)) == [("FusedMatMul", "@0=Select(Greater(%1,%2),%0)")]
+    inputs = {"f/y": rng.standard_normal((9, 20), dtype=np.float32),
+              "f/a": rng.standard_normal((9, 7), dtype=np.float32),
+              "f/w": rng.standard_normal((20, 7), dtype=np.float32)}
+    compile_and_check(flow, {"f": inputs})
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_condition_fuses_only_when_nothing_else_reads_it(shared):
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x, y = f.var("x", "float32", [4, 33]), f.var("y", "float32", [4, 33])
+    condition = f.less(x, f.neg(y))
+    f.op("Cond", [condition, f.exp(x), f.mul(y, 2.0)], name="z")
+    if shared:
+        f.op("Not", [condition], name="other")
+    flow.infer_inputs_and_outputs()
+    copy = flow.copy()
+    assert fusion.fuse(copy, Context()) != shared
+    ops = types_and_recipes(copy)
+    if shared:     # the comparison stays a step of its own; Cond cannot fuse without it
+        assert [t for t, _ in ops] == ["Neg", "Less", "Exp", "Mul", "Cond", "Not"]
+    else:
+        assert ops == [("Calculate", "@0=Cond(Less(%1,Neg(%0)),Exp(%1),Mul(%0,%2))")]
+    inputs = {"f/x": rng.standard_normal((4, 33), dtype=np.float32),
+              "f/y": rng.standard_normal((4, 33), dtype=np.float32)}
+    net = compile_and_check(flow, {"f": inputs})
+    assert len(net.cell("f").steps) == (6 if shared else 1), str(net.cell("f"))
+
+
 def mlp(rng, batch=8):
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")

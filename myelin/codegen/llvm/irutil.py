@@ -84,6 +84,28 @@ def splat(builder, scalar, width):
                                   ir.Constant(ir.VectorType(I32, width), [0] * width))
 
 
+def transpose_block(builder, rows):
+    """The transpose of a square block held as ``rows`` (vectors of len(rows) lanes, a power
+    of two): at each level d (half the block, then a quarter, ...), vectors p and p + d swap
+    their off-diagonal halves of d lanes."""
+    size = len(rows)
+    mask = ir.VectorType(I32, size)
+    d = size // 2
+    while d:
+        swapped = list(rows)
+        for p in range(size):
+            if p & d:
+                continue
+            low = [size + lane - d if lane & d else lane for lane in range(size)]
+            high = [size + lane if lane & d else lane + d for lane in range(size)]
+            swapped[p] = builder.shuffle_vector(rows[p], rows[p + d], ir.Constant(mask, low))
+            swapped[p + d] = builder.shuffle_vector(rows[p], rows[p + d],
+                                                    ir.Constant(mask, high))
+        rows = swapped
+        d //= 2
+    return rows
+
+
 def element_ptr(builder, base, dtype, index):
     """Pointer to element ``index`` (an i64 value or int) of an array of ``dtype`` at ``base``."""
     if isinstance(index, int):

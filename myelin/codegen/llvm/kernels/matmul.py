@@ -326,40 +326,65 @@ class Task:
                                   b.mul(index, irutil.i64(plan.width)))
 
     def pack_panel(self, panels, panel, columns):
-        """Copy B[:, panel columns] into the buffer (k-major), zeros past ``columns``: whole
-        rows as vectors where B is row-major and the panel full, else element by element."""
-        b, plan = self.b, self.plan
-        dtype, lanes, width = plan.dtype, plan.lanes, plan.width
-        first = b.mul(panel, irutil.i64(width))
-        if columns == width and not plan.trans_b:
-            with irutil.for_range(b, 0, plan.k, name="pk") as kk:
-                row = self.packed_row(panels, panel, kk)
-                source = irutil.element_ptr(b, self.bp, dtype,
-                                            b.add(b.mul(kk, irutil.i64(plan.n)), first))
-                for v in range(plan.vectors):
-                    at = irutil.i64(v * lanes)
-                    value = irutil.load(b, irutil.element_ptr(b, source, dtype, at), dtype,
-                                        lanes, plan.itemsize)
-                    irutil.store(b, value, irutil.element_ptr(b, row, dtype, at), dtype,
-                                 plan.itemsize)
+        """Copy B[:, panel columns] into the buffer (k-major), zeros past ``columns``. Where
+        B is row-major, each packed row is copied as whole vectors (a partial vector built
+        from single elements). Where B is transposed, a panel's columns are rows of the stored
+        matrix: full panels are transposed in blocks of ``lanes`` x ``lanes`` in registers."""
+        plan = self.plan
+        if not plan.trans_b:
+            with irutil.for_range(self.b, 0, plan.k, name="pk") as kk:
+                self._pack_row(panels, panel, kk, columns)
             return
+        blocked = plan.k - plan.k % plan.lanes if columns == plan.width else 0
+        if blocked:
+            with irutil.for_range(self.b, 0, blocked, plan.lanes, name="pk") as kk:
+                self._pack_transposed_block(panels, panel, kk)
+        if blocked < plan.k:
+            with irutil.for_range(self.b, blocked, plan.k, name="pr") as kk:
+                self._pack_row(panels, panel, kk, columns)
+
+    def _pack_row(self, panels, panel, kk, columns):
+        """Packed row ``kk`` of ``panel``: B[kk, the panel's first ``columns`` columns], then
+        zeros, stored as whole vectors."""
+        b, plan = self.b, self.plan
+        dtype, lanes = plan.dtype, plan.lanes
+        first = b.mul(panel, irutil.i64(plan.width))
         # B[kk, j] is at kk * n + j, or j * k + kk when B is transposed.
         j_stride, k_stride = (plan.k, 1) if plan.trans_b else (1, plan.n)
-        zero = irutil.const(irutil.storage_type(dtype), 0)
-        with irutil.for_range(b, 0, width, name="pj") as j:
-            column = b.add(first, j)
-            inside = b.icmp_signed("<", j, irutil.i64(columns))
-            with irutil.for_range(b, 0, plan.k, name="pk") as kk:
-                target = irutil.element_ptr(b, self.packed_row(panels, panel, kk), dtype, j)
-                with b.if_else(inside) as (copy, pad):
-                    with copy:
-                        index = b.add(b.mul(column, irutil.i64(j_stride)),
-                                      b.mul(kk, irutil.i64(k_stride)))
-                        value = irutil.load(b, irutil.element_ptr(b, self.bp, dtype, index),
-                                            dtype, 1, plan.itemsize)
-                        irutil.store(b, value, target, dtype, plan.itemsize)
-                    with pad:
-                        irutil.store(b, zero, target, dtype, plan.itemsize)
+        source = irutil.element_ptr(b, self.bp, dtype, b.add(b.mul(first, irutil.i64(j_stride)),
+                                                             b.mul(kk, irutil.i64(k_stride))))
+        row = self.packed_row(panels, panel, kk)
+        vector = irutil.vector_of(irutil.compute_type(dtype), lanes)
+        for v in range(plan.vectors):
+            valid = max(0, min(lanes, columns - v * lanes))
+            if valid == lanes and j_stride == 1:
+                value = irutil.load(b, irutil.element_ptr(b, source, dtype, v * lanes), dtype,
+                                    lanes, plan.itemsize)
+            else:
+                value = irutil.const(vector, 0)
+                for lane in range(valid):
+                    at = irutil.element_ptr(b, source, dtype, (v * lanes + lane) * j_stride)
+                    value = b.insert_element(value, irutil.load(b, at, dtype, 1, plan.itemsize),
+                                             irutil.i64(lane))
+            irutil.store(b, value, irutil.element_ptr(b, row, dtype, v * lanes), dtype,
+                         plan.itemsize)
+
+    def _pack_transposed_block(self, panels, panel, kk):
+        """Packed rows kk .. kk + lanes of a full panel of a transposed B: each vector of the
+        panel's row is a ``lanes`` x ``lanes`` block of the stored matrix, transposed."""
+        b, plan = self.b, self.plan
+        dtype, lanes = plan.dtype, plan.lanes
+        first = b.mul(panel, irutil.i64(plan.width))
+        for v in range(plan.vectors):
+            rows = b.add(first, irutil.i64(v * lanes))
+            block = [irutil.load(b, irutil.element_ptr(
+                b, self.bp, dtype, b.add(b.mul(b.add(rows, irutil.i64(r)), irutil.i64(plan.k)),
+                                         kk)), dtype, lanes, plan.itemsize)
+                for r in range(lanes)]
+            for q, value in enumerate(irutil.transpose_block(b, block)):
+                row = self.packed_row(panels, panel, b.add(kk, irutil.i64(q)))
+                irutil.store(b, value, irutil.element_ptr(b, row, dtype, v * lanes), dtype,
+                             plan.itemsize)
 
     # Tiles.
     def _rows(self, rows, panels):

@@ -1,7 +1,6 @@
 """Kernels that move data without arithmetic: views, copies, transpose, concat, split, slice,
 gather, arg-reductions, shape queries and assignment."""
 
-import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
@@ -81,27 +80,6 @@ class TransposeKernel(Kernel):
                              lambda builder, values, lanes: values)
 
 
-def _transpose_registers(b, rows):
-    """The transpose of a square block held as ``rows`` (vectors of len(rows) lanes): at each
-    level d (half the block, then a quarter, ...), vectors p and p + d swap their off-diagonal
-    halves of d lanes."""
-    size = len(rows)
-    d = size // 2
-    while d:
-        swapped = list(rows)
-        for p in range(size):
-            if p & d:
-                continue
-            low = [size + lane - d if lane & d else lane for lane in range(size)]
-            high = [size + lane if lane & d else lane + d for lane in range(size)]
-            mask = ir.VectorType(irutil.I32, size)
-            swapped[p] = b.shuffle_vector(rows[p], rows[p + d], ir.Constant(mask, low))
-            swapped[p + d] = b.shuffle_vector(rows[p], rows[p + d], ir.Constant(mask, high))
-        rows = swapped
-        d //= 2
-    return rows
-
-
 def _blocked_transpose(ctx, source, out, shape, reads, lanes):
     """out[..., i, j] = source at i + j * reads[-1] (+ the outer axes' strides), for an output
     of merged ``shape``: ``lanes`` x ``lanes`` blocks, then the leftover rows and columns one
@@ -126,7 +104,7 @@ def _blocked_transpose(ctx, source, out, shape, reads, lanes):
                 block = [irutil.load(b, irutil.element_ptr(
                     b, src, dtype, b.add(i, b.mul(b.add(j, irutil.i64(k)), irutil.i64(step)))),
                     dtype, lanes, itemsize) for k in range(lanes)]
-                for k, vector in enumerate(_transpose_registers(b, block)):
+                for k, vector in enumerate(irutil.transpose_block(b, block)):
                     at = b.add(b.mul(b.add(i, irutil.i64(k)), irutil.i64(columns)), j)
                     irutil.store(b, vector, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
             with irutil.for_range(b, full_columns, columns, name="rj") as j:
