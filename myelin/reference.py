@@ -17,9 +17,10 @@ that no op of the function produces and that are not constants or learnable; its
 outputs are the variables :meth:`Flow.infer_inputs_and_outputs` would mark OUT (computed here
 without setting flags). ``Call`` and ``If`` ops (:mod:`myelin.ops.control`) run their function
 or branch with this interpreter, recursively; a function value (``Function``, ``Partial``) is a
-(Function, bound values) pair. Learnable variables live in the :class:`Interpreter`'s ``state``
-(initialized from their data, else zeros) and keep their values across runs, so ``Assign``
-to a learnable variable is seen by later runs. Values are freed after their last use.
+(Function, bound values) pair, and a tuple (``Tuple``) a Python tuple of values. Learnable
+variables live in the :class:`Interpreter`'s ``state`` (initialized from their data, else
+zeros) and keep their values across runs, so ``Assign`` to a learnable variable is seen by
+later runs. Values are freed after their last use.
 """
 
 import numpy as np
@@ -131,9 +132,9 @@ class Interpreter:
             var = self._variable(key)
             if id(var) not in accepted or (var.constant and not var.learnable):
                 raise InputError(f"variable {var.name} is not an input of function {func.name}")
-            if var.dtype == control.FUNCTION:     # a function value, from a Call or If
+            if control.is_value(var):     # a function value or tuple
                 if id(var) in read:
-                    env[id(var)] = value
+                    env[id(var)] = self._value(control.value_type(var), value)
                 continue
             array = np.asarray(value)
             if not shape_fits(array.shape, var.shape):
@@ -194,12 +195,27 @@ class Interpreter:
         """A private copy of ``value`` in the interpreter's representation for ``var``: of the
         declared type, or float64 for floats (first rounded to the declared type if
         ``rounded``)."""
-        if var.dtype == control.FUNCTION:
-            return value               # a (function, bound values) pair
+        if control.is_value(var):
+            return value               # a (function, bound values) pair, or a tuple
+        return self._array(var.dtype, value, rounded)
+
+    def _value(self, kind, value):
+        """A function value or tuple of type ``kind`` (text) in the interpreter's
+        representation: a tuple's tensors (given by the caller, or already kept) as
+        :meth:`_store` keeps them, without rounding."""
+        if kind.startswith("{"):
+            return tuple(self._value(element, item)
+                         for element, item in zip(control.tuple_elements(kind), value))
+        if kind.startswith("["):
+            return value
+        return self._array(control.tensor_type(kind).dtype, value, rounded=False)
+
+    @staticmethod
+    def _array(dtype, value, rounded):
         array = np.asarray(value)
-        if var.dtype not in _ARRAY_TYPES:
+        if dtype not in _ARRAY_TYPES:
             return np.array(array)
-        declared = dtypes.to_numpy(var.dtype)
+        declared = dtypes.to_numpy(dtype)
         if declared.kind != "f":
             return np.array(array, dtype=declared)
         if rounded:
@@ -213,12 +229,17 @@ class Interpreter:
 
     def _control(self, op, arguments):
         """The results of a control-flow op: a function value, a (function, bound values)
-        pair, or the results of the function a Call or If runs, by this interpreter."""
+        pair, a tuple or its element, or the results of the function a Call or If runs, by
+        this interpreter."""
         if op.type == "Function":
             return [(control.signature(op, "function"), ())]
         if op.type == "Partial":
             func, bound = arguments[0]
             return [(func, bound + tuple(arguments[1:]))]
+        if op.type == "Tuple":
+            return [tuple(arguments)]
+        if op.type == "TupleGet":
+            return [arguments[0][op.attrs.get_int("index")]]
         if op.type == "Call" and "function" in op.attrs:
             func = control.signature(op, "function")
         elif op.type == "Call":
@@ -242,7 +263,7 @@ class Interpreter:
                              f"for {len(op.outputs)} outputs")
         for var, value in zip(op.outputs, results):
             value = self._store(var, value, rounded=self.precision == "native")
-            if var.dtype != control.FUNCTION and not shape_fits(value.shape, var.shape):
+            if not control.is_value(var) and not shape_fits(value.shape, var.shape):
                 raise ShapeError(f"op {op.name} ({op.type}): reference gave shape "
                                  f"{list(value.shape)} for {var.name}, declared "
                                  f"{list(var.shape)}")

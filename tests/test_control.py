@@ -365,3 +365,104 @@ def test_a_constant_result_cannot_be_changed_by_the_caller():
     with pytest.raises(ValueError):
         result[0] = 5
     np.testing.assert_array_equal(program.run("f", -1.0), [1, 1])
+
+
+def tuple_flow():
+    """Tuples as values: ``swap`` returns one, ``norm_and_apply`` takes a tuple holding a
+    tensor and a function value, ``moments`` keeps a tuple (sum, sum of squares, count) as a
+    loop state until a data-dependent count, nested in a tuple with the input."""
+    flow = myelin.Flow()
+    swap = myelin.Builder(flow, "swap")
+    pair = swap.tuple(swap.param("a", "float32", [3]), swap.param("b", "int32"))
+    swap.ret(swap.tuple(swap.tuple_get(pair, 1), swap.tuple_get(pair, 0)))
+
+    square = myelin.Builder(flow, "square")
+    x = square.param("x", "float32", [3])
+    square.ret(square.mul(x, x))
+    apply = myelin.Builder(flow, "norm_and_apply")
+    packed = apply.param_like("packed", apply.tuple(apply.const(np.zeros(3, np.float32)),
+                                                    apply.function("square")))
+    value = apply.tuple_get(packed, 0)
+    apply.ret(apply.call(apply.tuple_get(packed, 1), value))
+
+    main = myelin.Builder(flow, "main")
+    v = main.param("v", "float32", [3])
+    limit = main.param("limit", "float32")
+    start = main.tuple(main.tuple(main.const(0.0), main.const(0.0), main.const(0, "int32")), v)
+
+    def body(b, state):
+        (total, squares, count), values = [b.tuple_get(b.tuple_get(state, 0), i)
+                                           for i in range(3)], b.tuple_get(state, 1)
+        s = b.sum(values)
+        return b.tuple(b.tuple(b.add(total, s), b.add(squares, b.mul(s, s)), b.add(count, 1)),
+                       b.mul(values, 1.5))
+
+    final = main.while_loop(
+        lambda b, state: b.less(b.tuple_get(b.tuple_get(state, 0), 0), limit), body, start)
+    moments = main.tuple_get(final, 0)
+    main.ret(moments, main.call("norm_and_apply", main.tuple(main.tuple_get(final, 1),
+                                                            main.function("square"))))
+    return flow
+
+
+def numpy_moments(v, limit):
+    total = squares = 0.0
+    count = 0
+    values = v.astype(np.float64)
+    while total < limit:
+        s = values.sum()
+        total, squares, count, values = total + s, squares + s * s, count + 1, values * 1.5
+    return (total, squares, count), values ** 2
+
+
+def test_tuples_are_values():
+    flow = tuple_flow()
+    program = myelin.control.compile(flow)
+    rng = np.random.default_rng()
+    a = rng.standard_normal(3).astype(np.float32)
+    b, a_back = program.run("swap", a, 7)
+    assert b == 7 and b.dtype == np.int32 and np.array_equal(a_back, a)
+    v = rng.random(3).astype(np.float32) + 0.5
+    (total, squares, count), result = program.run("main", v, 40.0)
+    (want_total, want_squares, want_count), want = numpy_moments(v, 40.0)
+    assert count == want_count > 1
+    assert relative_error(np.array([total, squares]), np.array([want_total, want_squares])) \
+        < 1e-5
+    assert relative_error(result, want) < 1e-5
+    (ref_total, _, ref_count), ref_result = run_reference(flow, "main", v, np.float32(40.0))
+    assert ref_count == want_count and relative_error(ref_result, want) < 1e-6
+    loaded = myelin.control.compile(myelin.Flow.from_bytes(flow.to_bytes()))
+    assert loaded.run("main", v, 40.0)[0][2] == want_count
+
+
+def test_tuple_elements_cost_no_instructions():
+    """An element of a tuple the function builds is read from the register it was built
+    from; element reads move up, so the loop body's three segments merge into one cell."""
+    program = myelin.control.compile(tuple_flow())
+    swap = [i.op for i in program.codes["swap"]]
+    assert swap == ["pad_stack", "tuple", "return"]
+    loop = [i.op for i in program.codes["main/while"]]
+    assert loop.count("external") == 1, program.listing()
+    assert "tuple_get" in loop and loop.index("tuple_get") < loop.index("external")
+
+
+def test_tuple_errors_are_clear():
+    flow = tuple_flow()
+    f = myelin.Builder(flow, "f")
+    x = f.param("x", "float32", [2])
+    t = f.tuple(x, f.const(1, "int32"))
+    with pytest.raises(ShapeError, match="index 2 is out of range for a tuple of 2"):
+        f.tuple_get(t, 2)
+    with pytest.raises(ShapeError, match="f/x is float32\\[2\\], not a tuple"):
+        f.tuple_get(x, 0)
+    with pytest.raises(ShapeError, match="condition .* must be a scalar"):
+        f.if_else(t, lambda b: x, lambda b: x)
+    with pytest.raises(ShapeError):
+        f.add(t, x)
+    f.ret(f.tuple_get(t, -1))
+    program = myelin.control.compile(flow)
+    with pytest.raises(InputError, match="function values"):
+        program.run("norm_and_apply", (np.ones(3), None))
+    with pytest.raises(InputError, match="argument swap/a has shape"):
+        program.run("swap", np.ones(4), 1)
+    assert program.run("f", np.ones(2)) == 1

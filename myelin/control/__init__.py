@@ -2,7 +2,8 @@
 for their straight-line parts and run by a small VM, after Myia's pipeline.
 
 Build such a flow with the Builder's control-flow methods (:mod:`myelin.flow.control`:
-``param``, ``ret``, ``call``, ``if_else``, ``while_loop``), then::
+``param``, ``ret``, ``call``, ``function``, ``partial``, ``tuple``, ``if_else``,
+``while_loop``), then::
 
     program = myelin.control.compile(flow)
     y = program.run("fact", 5.0)

@@ -6,7 +6,9 @@ value it makes, each in a register of its own. The function's ops are cut, in to
 order, into linear segments (runs of tensor ops) and control nodes (``Call`` and ``If`` ops).
 A segment becomes one ``external`` instruction (its ops are compiled into one cell later),
 a ``Call`` a ``call`` of the function (or of a function value), a ``Function`` a
-``push_graph``, a ``Partial`` a ``partial``, an ``If`` the closures of its two branches
+``push_graph``, a ``Partial`` a ``partial``, a ``Tuple`` a ``tuple``, a ``TupleGet`` a
+``tuple_get`` (or nothing, for an element of a tuple the function builds, or one read
+before: its register is the element's), an ``If`` the closures of its two branches
 (``partial``), a ``switch`` on its condition between them and a ``call`` of the one chosen. A
 constant that a control node reads or that the function returns is wrapped as a ``push`` of
 its value; constants that segments read go into their cells. The function ends with a
@@ -27,14 +29,17 @@ from myelin.ops.control import is_control
 @dataclasses.dataclass
 class Segment:
     """A linear segment: tensor ops of one function, compiled into one cell. ``inputs`` and
-    ``outputs`` are the variables it reads from and gives to the rest of the function;
-    ``loop`` says how the cell repeats itself, if it runs a whole loop
+    ``outputs`` are the variables it reads from and gives to the rest of the function, each
+    input from a register of its own; ``aliases`` are (variable, variable) pairs: the first
+    is the value of the second (which an op of the segment makes, or an input from the same
+    register); ``loop`` says how the cell repeats itself, if it runs a whole loop
     (:mod:`myelin.control.loops`)."""
     name: str
     ops: list
     inputs: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
     loop: object = None
+    aliases: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -65,6 +70,7 @@ class FunctionCode:
         self.instrs = []
         self.registers = {}            # id of a variable -> register
         self._segment_names = segment_names
+        self._elements = {}            # (tuple register, index) -> register of the element
         for param in func.params:
             self.registers.setdefault(id(param), len(self.registers))
         self.size = len(self.registers)
@@ -110,8 +116,15 @@ class FunctionCode:
             for var in op.inputs:
                 if id(var) not in produced and not var.is_global:
                     reads.setdefault(id(var), var)
-        segment.inputs = list(reads.values())
-        inputs = tuple(self.register(v) for v in segment.inputs)
+        given = {}                  # register -> the input variable read from it
+        for var in reads.values():
+            register = self.register(var)
+            if register in given:   # an element of a tuple and the value it was built from
+                segment.aliases.append((var, given[register]))
+            else:
+                given[register] = var
+        segment.inputs = list(given.values())
+        inputs = tuple(given)
         segment.outputs = [v for op in segment.ops for v in op.outputs if _used_later(v, segment)]
         outputs = tuple(self._new(v) for v in segment.outputs)
         self.instrs.append(Instr("external", (segment, inputs, outputs)))
@@ -134,6 +147,36 @@ class FunctionCode:
         function = self.register(op.inputs[0])
         bound = tuple(self.register(v) for v in op.inputs[1:])
         self.instrs.append(Instr("partial", (self._new(op.outputs[0]), function, bound)))
+
+    def _tuple(self, op):
+        elements = tuple(self.register(v) for v in op.inputs)
+        self.instrs.append(Instr("tuple", (self._new(op.outputs[0]), elements)))
+
+    def _tupleget(self, op):
+        source, index = op.inputs[0], op.attrs.get_int("index")
+        made = self._tuple_op(source)
+        if made is not None:
+            # An element of a tuple built here is the register it was built from.
+            self.registers[id(op.outputs[0])] = self.register(made.inputs[index])
+            return
+        key = (self.register(source), index)
+        if key not in self._elements:        # read each element once
+            self._elements[key] = self._new()
+            self.instrs.append(Instr("tuple_get", (self._elements[key], *key)))
+        self.registers[id(op.outputs[0])] = self._elements[key]
+
+    def _tuple_op(self, var):
+        """The Tuple op of this function whose value ``var`` is (directly, or as an element
+        of a tuple built here), or None."""
+        op = var.producer
+        if op is None or op.func is not self.func:
+            return None
+        if op.type == "Tuple":
+            return op
+        if op.type == "TupleGet":
+            outer = self._tuple_op(op.inputs[0])
+            return self._tuple_op(outer.inputs[op.attrs.get_int("index")]) if outer else None
+        return None
 
     def _if(self, op):
         condition = self.register(op.inputs[0])
@@ -161,7 +204,7 @@ def _used_later(var, segment):
 
 def split(flow, func):
     """The ops of ``func`` in topological order, runs of tensor ops gathered into Segments
-    and control ops (Call, If) between them."""
+    and control ops (calls, branches, function values, tuples) between them."""
     items, run = [], []
     for op in flow.order(func):
         if is_control(op):

@@ -7,10 +7,13 @@
 - **tail calls**: a call whose results the function returns at once becomes a ``tailcall``
   (``tailcall_graph``): the callee takes over the frame, so a loop written as tail recursion
   runs in bounded memory;
+- **early element reads**: a ``tuple_get`` moves up to just after the instruction that gives
+  its tuple, out of the way of the externals around it;
 - **merged externals**: an ``external`` moves up past instructions it does not depend on (and
   that do not depend on it) until it meets the ``external`` before it; the two become one
   segment, compiled into one cell;
-- **dead pushes**: a ``push`` of a constant no instruction reads is dropped.
+- **dead values**: a ``push`` of a constant, a ``tuple`` or a ``tuple_get`` that no
+  instruction reads is dropped.
 """
 
 from myelin.control.lower import Instr, Segment
@@ -24,8 +27,9 @@ def optimize(instrs):
     instrs = _direct_calls(instrs)
     instrs = _branches(instrs)
     instrs = _tail_calls(instrs)
+    instrs = _early_element_reads(instrs)
     instrs = _merge_externals(instrs)
-    return _drop_dead_pushes(instrs)
+    return _drop_dead_values(instrs)
 
 
 def reads(instr):
@@ -41,6 +45,10 @@ def reads(instr):
         return {args[-4], *args[-1]}
     if op == "partial":
         return {args[1], *args[2]}
+    if op == "tuple":
+        return set(args[1])
+    if op == "tuple_get":
+        return {args[1]}
     if op == "switch":
         return set(args[1:])
     if op == "return":
@@ -55,7 +63,7 @@ def writes(instr):
         return set(args[2])
     if op in ("call", "call_graph", "branch"):
         return set(args[0])
-    if op in ("push", "push_graph", "partial", "switch"):
+    if op in ("push", "push_graph", "partial", "switch", "tuple", "tuple_get"):
         return {args[0]}
     return set()
 
@@ -123,6 +131,18 @@ def _tail_calls(instrs):
     return [i for i in result if i is not None]
 
 
+def _early_element_reads(instrs):
+    result = []
+    for instr in instrs:
+        position = len(result)
+        if instr.op == "tuple_get":
+            while position > 0 and result[position - 1].op not in _BARRIERS \
+                    and instr.args[1] not in writes(result[position - 1]):
+                position -= 1
+        result.insert(position, instr)
+    return result
+
+
 def _merge_externals(instrs):
     result = []
     for instr in instrs:
@@ -147,15 +167,31 @@ def _merge_externals(instrs):
 
 
 def _merge(first, second):
-    """One external running ``first``'s segment then ``second``'s."""
+    """One external running ``first``'s segment then ``second``'s. An input of the second
+    from a register the first reads or writes is that variable of the first (an alias, if
+    it is another variable: an element of a tuple)."""
     a, a_in, a_out = first.args
     b, b_in, b_out = second.args
-    inputs = list(zip(a.inputs, a_in))
-    inputs += [(v, r) for v, r in zip(b.inputs, b_in) if r not in a_out]
-    segment = Segment(a.name, a.ops + b.ops, [v for v, _ in inputs], a.outputs + b.outputs)
-    return Instr("external", (segment, tuple(r for _, r in inputs), a_out + b_out))
+    given = dict(zip(a_in, a.inputs)) | dict(zip(a_out, a.outputs))   # register -> variable
+    inputs, aliases = list(zip(a_in, a.inputs)), a.aliases + b.aliases
+    for var, register in zip(b.inputs, b_in):
+        if register not in given:
+            given[register] = var
+            inputs.append((register, var))
+        elif given[register] is not var:
+            aliases.append((var, given[register]))
+    segment = Segment(a.name, a.ops + b.ops, [v for _, v in inputs], a.outputs + b.outputs,
+                      aliases=aliases)
+    return Instr("external", (segment, tuple(r for r, _ in inputs), a_out + b_out))
 
 
-def _drop_dead_pushes(instrs):
-    readers = _readers(instrs)
-    return [i for i in instrs if i.op != "push" or readers.get(i.args[0])]
+def _drop_dead_values(instrs):
+    """``instrs`` without the pushes, tuples and element reads whose values nothing reads
+    (repeated: a dropped element read may leave its tuple unread)."""
+    while True:
+        readers = _readers(instrs)
+        kept = [i for i in instrs
+                if i.op not in ("push", "tuple", "tuple_get") or readers.get(i.args[0])]
+        if len(kept) == len(instrs):
+            return kept
+        instrs = kept

@@ -25,7 +25,7 @@ from myelin.control.vm import External, run
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Flow
-from myelin.ops.control import FUNCTION
+from myelin.ops import control
 
 REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
 
@@ -81,6 +81,8 @@ def compile_segments(segments, compiler_options):
         for var in segment.inputs:
             copy(var).is_input = True
             copy(var).ref = id(var) in references
+        for alias, var in segment.aliases:
+            local[id(alias)] = copy(var)
         for op in segment.ops:
             flow.op(f"{segment.name}/{op.name}", op.type, func, [copy(v) for v in op.inputs],
                     [copy(v) for v in op.outputs], op.attrs)
@@ -111,7 +113,8 @@ class Program:
         self._local = threading.local()
 
     def run(self, function, *args):
-        """The results of ``function`` (a name) on ``args``: one array, or a tuple."""
+        """The results of ``function`` (a name) on ``args``: one value, or a tuple of them.
+        A tensor is an array, a tuple a tuple of values (tuple arguments may be lists)."""
         values = self.arguments(function, *args)
         results = run(self.code, self.thread_externals(), self.entries[function], values)
         return results[0] if len(results) == 1 else tuple(results)
@@ -123,13 +126,14 @@ class Program:
         if func is None or function not in self.entries:
             raise InputError(f"the program has no function {function!r}; it has "
                              f"{', '.join(self.entries)}")
-        if any(v.dtype == FUNCTION for v in func.params + func.results):
+        if any(control.holds_function(control.value_type(v)) for v in func.params + func.results):
             raise InputError(f"function {function} takes or gives function values, which "
                              f"Python cannot pass or receive: call it from another function")
         if len(args) != len(func.params):
             raise InputError(f"function {function} takes {len(func.params)} arguments "
                              f"({', '.join(p.name for p in func.params)}), got {len(args)}")
-        return [_argument(param, value) for param, value in zip(func.params, args)]
+        return [_argument(param.name, control.value_type(param), value)
+                for param, value in zip(func.params, args)]
 
     def function(self, name):
         """A Python callable running function ``name``."""
@@ -173,14 +177,22 @@ def _references(segment):
             if index not in state and var.elements * dtypes.itemsize(var.dtype) >= REFERENCE_BYTES}
 
 
-def _argument(param, value):
-    """``value`` as an array of ``param``'s type and shape (InputError if it cannot be)."""
+def _argument(name, kind, value):
+    """``value`` as the VM takes a value of type ``kind`` (text; ``name`` in errors): an
+    array of the tensor type and shape, or for a tuple type a tuple (from a tuple or list) of
+    such values. InputError if it cannot be."""
+    if kind.startswith("{"):
+        elements = control.tuple_elements(kind)
+        if not isinstance(value, (tuple, list)) or len(value) != len(elements):
+            raise InputError(f"argument {name} must be a tuple of {len(elements)} values")
+        return tuple(_argument(f"{name}[{i}]", element, item)
+                     for i, (element, item) in enumerate(zip(elements, value)))
+    tensor = control.tensor_type(kind)
     array = np.asarray(value)
-    target = dtypes.to_numpy(param.dtype)
-    if array.size != int(np.prod(param.shape, dtype=np.int64)):
-        raise InputError(f"argument {param.name} has shape {list(array.shape)}, expected "
-                         f"{list(param.shape)}")
+    target = dtypes.to_numpy(tensor.dtype)
+    if array.size != int(np.prod(tensor.shape, dtype=np.int64)):
+        raise InputError(f"argument {name} has shape {list(array.shape)}, expected "
+                         f"{list(tensor.shape)}")
     if not np.can_cast(array.dtype, target, "same_kind"):
-        raise InputError(f"argument {param.name} has type {array.dtype}, expected "
-                         f"{param.dtype}")
-    return np.ascontiguousarray(array, target).reshape(param.shape)
+        raise InputError(f"argument {name} has type {array.dtype}, expected {tensor.dtype}")
+    return np.ascontiguousarray(array, target).reshape(tensor.shape)

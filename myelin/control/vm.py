@@ -1,8 +1,9 @@
 """The VM: runs linked instructions over frames of registers.
 
 Code is one list of instructions, each a tuple whose first item is its opcode; a function is
-a position in it. Values are NumPy arrays (tensors) and closures, ``(position, bound values)``:
-a function and the values bound to its first parameters (``partial``). A condition is a
+a position in it. Values are NumPy arrays (tensors), closures, ``(position, bound values)``:
+a function and the values bound to its first parameters (``partial``), and tuples of values
+(``tuple``; ``tuple_get`` reads an element). A condition is a
 scalar array, true when nonzero. A call saves the
 caller's frame on the frame stack and starts a frame of its own holding the bound values then
 the arguments; a tail call replaces the caller's frame, so tail recursion runs in bounded
@@ -17,10 +18,11 @@ from myelin.errors import InputError
 
 PAD_STACK, PUSH, PUSH_GRAPH, PARTIAL, SWITCH, EXTERNAL = range(6)
 CALL, CALL_GRAPH, TAILCALL, TAILCALL_GRAPH, RETURN, BRANCH, TAILBRANCH = range(6, 13)
+TUPLE, TUPLE_GET = range(13, 15)
 OPCODES = {"pad_stack": PAD_STACK, "push": PUSH, "push_graph": PUSH_GRAPH, "partial": PARTIAL,
            "switch": SWITCH, "external": EXTERNAL, "call": CALL, "call_graph": CALL_GRAPH,
            "tailcall": TAILCALL, "tailcall_graph": TAILCALL_GRAPH, "return": RETURN,
-           "branch": BRANCH, "tailbranch": TAILBRANCH}
+           "branch": BRANCH, "tailbranch": TAILBRANCH, "tuple": TUPLE, "tuple_get": TUPLE_GET}
 
 
 class External:
@@ -101,6 +103,10 @@ def run(code, externals, entry, arguments):
             registers[instr[1]] = (position, bound + tuple(registers[r] for r in instr[3]))
         elif op == PUSH_GRAPH:
             registers[instr[1]] = (instr[2], ())
+        elif op == TUPLE:
+            registers[instr[1]] = tuple(registers[r] for r in instr[2])
+        elif op == TUPLE_GET:
+            registers[instr[1]] = registers[instr[2]][instr[3]]
         elif op == CALL:
             position, bound = registers[instr[2]]
             frames.append((pc, registers, instr[1]))

@@ -1,4 +1,4 @@
-"""Control flow in the Builder: functions with signatures, calls, branches and loops.
+"""Control flow in the Builder: functions with signatures, calls, tuples, branches and loops.
 
 A function becomes callable when it has a signature: ``param`` adds its parameters in order,
 ``ret`` sets its results (``returns`` declares their types first, which a function that calls
@@ -7,6 +7,9 @@ itself needs: calls read the types of the declared results). Then:
 - ``call(function, *args)`` runs it (an op ``Call``); ``function(name)`` makes it a value
   that can be passed, returned and called, ``partial(function, *args)`` binds its first
   parameters (a closure);
+- ``tuple(*values)`` makes one value of several (tensors, function values, tuples), which
+  functions take, return and keep as loop state like any value; ``tuple_get(t, i)`` reads
+  element ``i`` back; ``param_like(name, value)`` declares a parameter of ``value``'s type;
 - ``if_else(condition, then_fn, else_fn)`` runs one of two branches, each built by a Python
   function into a function of its own (an op ``If``). A branch may read any variable of the
   functions around it: those are its free variables, passed to it by the ``If`` op (a closure);
@@ -53,21 +56,32 @@ class ControlFlow:
     def function_param(self, name, like):
         """A new parameter taking function values of the type of ``like`` (a function name,
         a Function with a signature, or a function value)."""
-        text = control.value_type(like) if isinstance(like, Variable) else \
-            control.signature_type(self._callable(like))
+        if isinstance(like, Variable):
+            return self.param_like(name, like)
         var = self.param(name, control.FUNCTION)
-        var.attrs[control.TYPE_ATTRIBUTE] = text
+        control.set_value_type(var, control.signature_type(self._callable(like)))
         return var
 
+    def param_like(self, name, value):
+        """A new parameter of the type of ``value`` (a variable holding a tensor, a function
+        value or a tuple)."""
+        return self._typed(self.param(name, value.dtype, value.shape), value)
+
     def returns(self, *types):
-        """Declare the types of the function's results, ``(dtype, shape)`` each, before its
-        body is built: a function that calls itself needs them. ``ret`` must then give values
-        of these types."""
+        """Declare the types of the function's results before its body is built, each as
+        ``(dtype, shape)`` or a variable of that type: a function that calls itself needs
+        them. ``ret`` must then give values of these types."""
         if self.func.results is not None:
             raise FlowError(f"function {self.func.name} has its results already")
         self.func.params = self.func.params or []
-        self.func.results = [self.flow.var(self.varname("result"), dtype, shape)
-                             for dtype, shape in types]     # placeholders until ret()
+        placeholders = []                                 # until ret()
+        for kind in types:
+            if isinstance(kind, Variable):
+                var = self.flow.var(self.varname("result"), kind.dtype, kind.shape)
+                placeholders.append(self._typed(var, kind))
+            else:
+                placeholders.append(self.flow.var(self.varname("result"), *kind))
+        self.func.results = placeholders
 
     def ret(self, *values):
         """Set the function's results to ``values`` (variables, or numbers made constants),
@@ -107,6 +121,15 @@ class ControlFlow:
             function = self.function(function)
         return self._control_op("Partial", [function] + [self._value(a) for a in args], name)
 
+    def tuple(self, *values, name=None):
+        """One tuple value of ``values`` (variables, or numbers made constants)."""
+        return self._control_op("Tuple", [self._value(v) for v in values], name)
+
+    def tuple_get(self, value, index, name=None):
+        """Element ``index`` of the tuple ``value`` (ShapeError if it is not a tuple or has
+        no such element)."""
+        return self._control_op("TupleGet", [value], name, {"index": int(index)})
+
     @atomic
     def if_else(self, condition, then_fn, else_fn, name=None):
         """``then_fn(b)`` if the scalar ``condition`` holds, else ``else_fn(b)``: each is
@@ -115,7 +138,7 @@ class ControlFlow:
         taken: one variable, or a list. ShapeError if the condition is not a scalar or the
         branches give different types."""
         condition = self._value(condition)
-        if tuple(condition.shape) not in ((), (1,)):
+        if tuple(condition.shape) not in ((), (1,)) or control.is_value(condition):
             raise ShapeError(f"if_else in {self.func.name}: the condition {condition.name} "
                              f"must be a scalar, not {condition.type_string()}")
         branches = [self._branch("then", then_fn), self._branch("else", else_fn)]
@@ -135,7 +158,7 @@ class ControlFlow:
         state = self._values(state)
         loop = self.flow.func(self.flow.unique_func_name(f"{self.func.name}/while"))
         body = type(self)(self.flow, loop)
-        params = [body.param(f"state{i}", v.dtype, v.shape) for i, v in enumerate(state)]
+        params = [body.param_like(f"state{i}", v) for i, v in enumerate(state)]
         new = body._values(body_fn(body, *params))
         if _types(new) != _types(params):
             raise ShapeError(f"while_loop in {self.func.name}: the body gives "
@@ -155,16 +178,21 @@ class ControlFlow:
 
     # Helpers.
     def _control_op(self, optype, args, name, attrs=None):
-        """Add a control-flow op; its function-valued outputs get their types as attributes.
-        Returns its output, or the list of them."""
+        """Add a control-flow op; its outputs that are function values or tuples get their
+        types as attributes. Returns its output, or the list of them."""
         op = self._make(optype, args, name, attrs)
         for var, text in zip(op.outputs, control.output_types(op)):
-            if var.dtype == control.FUNCTION:
-                var.attrs[control.TYPE_ATTRIBUTE] = text
+            control.set_value_type(var, text)
         return op.outputs[0] if len(op.outputs) == 1 else op.outputs
 
     def _value(self, value):
         return value if isinstance(value, Variable) else self.const(value)
+
+    @staticmethod
+    def _typed(var, like):
+        """``var``, given the value type of ``like`` if that is a function value or tuple."""
+        control.set_value_type(var, control.value_type(like))
+        return var
 
     def _values(self, values):
         values = values if isinstance(values, (list, tuple)) else [values]

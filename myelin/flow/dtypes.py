@@ -30,6 +30,7 @@ _TYPES = {
     "uint32": (np.uint32, 4),
     "uint64": (np.uint64, 8),
     "function": (None, 8),        # a function value (myelin.ops.control), not a tensor
+    "tuple": (None, 8),           # a tuple of values (myelin.ops.control), not a tensor
 }
 
 # Names accepted when reading, mapped to canonical names.
