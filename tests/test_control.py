@@ -466,3 +466,26 @@ def test_tuple_errors_are_clear():
     with pytest.raises(InputError, match="argument swap/a has shape"):
         program.run("swap", np.ones(4), 1)
     assert program.run("f", np.ones(2)) == 1
+
+
+def test_a_recursive_function_returns_a_tuple():
+    """pair(n) = (0, 1) if n == 0 else (b, a + b) of pair(n - 1): Fibonacci numbers as a
+    tuple, its result type declared by returns() from a tuple value."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "pair")
+    n = f.param("n", "int32")
+    start = f.tuple(f.const(np.zeros(2, np.float32)), f.const(np.ones(2, np.float32)))
+    f.returns(start)
+
+    def recurse(b):
+        previous = b.call("pair", b.sub(n, 1))
+        first, second = b.tuple_get(previous, 0), b.tuple_get(previous, 1)
+        return b.tuple(second, b.add(first, second))
+
+    f.ret(f.if_else(f.equal(n, 0), lambda b: start, recurse))
+    program = myelin.control.compile(flow)
+    first, second = program.run("pair", 10)
+    np.testing.assert_array_equal(first, [55, 55])
+    np.testing.assert_array_equal(second, [89, 89])
+    reference_first, _ = run_reference(flow, "pair", np.int32(10))
+    np.testing.assert_array_equal(reference_first, [55, 55])
