@@ -4,8 +4,8 @@
 
 1. ``lower`` (:mod:`myelin.control.lower`): wrap constants, split each function with a
    signature into linear segments and control nodes, and compile it to instructions;
-2. ``optimize`` (:mod:`myelin.control.peephole`): direct calls, tail calls, merged externals,
-   dead pushes; then (:mod:`myelin.control.loops`) loops whose body is one segment become
+2. ``optimize`` (:mod:`myelin.control.peephole`): direct calls, branches, tail calls, early
+   element reads, merged externals, dead values; then (:mod:`myelin.control.loops`) loops whose body is one segment become
    cells that loop by themselves;
 3. ``compile_segments``: every segment of every function becomes a function of one new flow,
    compiled by :class:`myelin.Compiler` into one network of cells (one LLVM module);
@@ -25,7 +25,7 @@ from myelin.control.vm import External, run
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Flow
-from myelin.ops import control
+from myelin.ops.control import holds_function, tensor_type, tuple_elements, value_type
 
 REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
 
@@ -126,13 +126,13 @@ class Program:
         if func is None or function not in self.entries:
             raise InputError(f"the program has no function {function!r}; it has "
                              f"{', '.join(self.entries)}")
-        if any(control.holds_function(control.value_type(v)) for v in func.params + func.results):
+        if any(holds_function(value_type(v)) for v in func.params + func.results):
             raise InputError(f"function {function} takes or gives function values, which "
                              f"Python cannot pass or receive: call it from another function")
         if len(args) != len(func.params):
             raise InputError(f"function {function} takes {len(func.params)} arguments "
                              f"({', '.join(p.name for p in func.params)}), got {len(args)}")
-        return [_argument(param.name, control.value_type(param), value)
+        return [_argument(param.name, value_type(param), value)
                 for param, value in zip(func.params, args)]
 
     def function(self, name):
@@ -182,12 +182,12 @@ def _argument(name, kind, value):
     array of the tensor type and shape, or for a tuple type a tuple (from a tuple or list) of
     such values. InputError if it cannot be."""
     if kind.startswith("{"):
-        elements = control.tuple_elements(kind)
+        elements = tuple_elements(kind)
         if not isinstance(value, (tuple, list)) or len(value) != len(elements):
             raise InputError(f"argument {name} must be a tuple of {len(elements)} values")
         return tuple(_argument(f"{name}[{i}]", element, item)
                      for i, (element, item) in enumerate(zip(elements, value)))
-    tensor = control.tensor_type(kind)
+    tensor = tensor_type(kind)
     array = np.asarray(value)
     target = dtypes.to_numpy(tensor.dtype)
     if array.size != int(np.prod(tensor.shape, dtype=np.int64)):
