@@ -489,3 +489,20 @@ def test_a_recursive_function_returns_a_tuple():
     np.testing.assert_array_equal(second, [89, 89])
     reference_first, _ = run_reference(flow, "pair", np.int32(10))
     np.testing.assert_array_equal(reference_first, [55, 55])
+
+
+def test_a_loop_state_may_hold_a_function_value():
+    """State (v, g, i): v = g(v) three times, g a closure of add over y."""
+    flow = myelin.Flow()
+    add = myelin.Builder(flow, "add")
+    add.ret(add.add(add.param("a", "float32", [2]), add.param("b", "float32", [2])))
+    f = myelin.Builder(flow, "f")
+    x, y = f.param("x", "float32", [2]), f.param("y", "float32", [2])
+    v, _, _ = f.while_loop(lambda b, v, g, i: b.less(i, 3),
+                           lambda b, v, g, i: [b.call(g, v), g, b.add(i, 1)],
+                           [x, f.partial("add", y), f.const(0, "int32")])
+    f.ret(v)
+    program = myelin.control.compile(flow)
+    xv, yv = np.ones(2, np.float32), np.array([2, -1], np.float32)
+    np.testing.assert_array_equal(program.run("f", xv, yv), xv + 3 * yv)
+    np.testing.assert_array_equal(run_reference(flow, "f", xv, yv), xv + 3 * yv)
