@@ -203,10 +203,10 @@ class Interpreter:
         """A function value or tuple of type ``kind`` (text) in the interpreter's
         representation: a tuple's tensors (given by the caller, or already kept) as
         :meth:`_store` keeps them, without rounding."""
-        if kind.startswith("{"):
+        if control.is_tuple_type(kind):
             return tuple(self._value(element, item)
                          for element, item in zip(control.tuple_elements(kind), value))
-        if kind.startswith("["):
+        if control.is_function_type(kind):
             return value
         return self._array(control.tensor_type(kind).dtype, value, rounded=False)
 

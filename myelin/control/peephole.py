@@ -132,6 +132,8 @@ def _tail_calls(instrs):
 
 
 def _early_element_reads(instrs):
+    """Each ``tuple_get`` moved up to just after the instruction writing its tuple (or the
+    frame's start)."""
     result = []
     for instr in instrs:
         position = len(result)

@@ -5,8 +5,8 @@
 1. ``lower`` (:mod:`myelin.control.lower`): wrap constants, split each function with a
    signature into linear segments and control nodes, and compile it to instructions;
 2. ``optimize`` (:mod:`myelin.control.peephole`): direct calls, branches, tail calls, early
-   element reads, merged externals, dead values; then (:mod:`myelin.control.loops`) loops whose body is one segment become
-   cells that loop by themselves;
+   element reads, merged externals, dead values; then (:mod:`myelin.control.loops`) loops
+   whose body is one segment become cells that loop by themselves;
 3. ``compile_segments``: every segment of every function becomes a function of one new flow,
    compiled by :class:`myelin.Compiler` into one network of cells (one LLVM module);
 4. ``link`` (:mod:`myelin.control.link`): one list of VM code;
@@ -25,7 +25,8 @@ from myelin.control.vm import External, run
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Flow
-from myelin.ops.control import holds_function, tensor_type, tuple_elements, value_type
+from myelin.ops.control import (holds_function, is_tuple_type, tensor_type, tuple_elements,
+                                 value_type)
 
 REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, smaller copied
 
@@ -181,7 +182,7 @@ def _argument(name, kind, value):
     """``value`` as the VM takes a value of type ``kind`` (text; ``name`` in errors): an
     array of the tensor type and shape, or for a tuple type a tuple (from a tuple or list) of
     such values. InputError if it cannot be."""
-    if kind.startswith("{"):
+    if is_tuple_type(kind):
         elements = tuple_elements(kind)
         if not isinstance(value, (tuple, list)) or len(value) != len(elements):
             raise InputError(f"argument {name} must be a tuple of {len(elements)} values")

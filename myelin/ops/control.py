@@ -63,6 +63,16 @@ def set_value_type(var, text):
         var.attrs[TYPE_ATTRIBUTES[var.dtype]] = text
 
 
+def is_function_type(text):
+    """True if the value type ``text`` is a function type (a JSON list)."""
+    return text.startswith("[")
+
+
+def is_tuple_type(text):
+    """True if the value type ``text`` is a tuple type (a JSON object)."""
+    return text.startswith("{")
+
+
 def tuple_type(elements):
     """The type of a tuple of values of the types ``elements``."""
     return json.dumps({"tuple": list(elements)})
@@ -70,7 +80,7 @@ def tuple_type(elements):
 
 def tuple_elements(text):
     """The element types of the tuple type ``text`` (ValueError if it is not one)."""
-    elements = json.loads(text)["tuple"] if text.startswith("{") else None
+    elements = json.loads(text)["tuple"] if is_tuple_type(text) else None
     if not isinstance(elements, list) or not all(isinstance(t, str) for t in elements):
         raise ValueError(f"{text!r} is not a tuple type")
     return elements
@@ -78,9 +88,9 @@ def tuple_elements(text):
 
 def holds_function(text):
     """True if the value type ``text`` is a function type or a tuple type holding one."""
-    if text.startswith("{"):
+    if is_tuple_type(text):
         return any(holds_function(t) for t in tuple_elements(text))
-    return text.startswith("[")
+    return is_function_type(text)
 
 
 def element_types(op, var):
@@ -121,9 +131,9 @@ def split_type(op, var):
 def tensor_type(text):
     """The TensorType of a value type (``function`` for a function value, ``tuple`` for a
     tuple)."""
-    if text.startswith("["):
+    if is_function_type(text):
         return TensorType(FUNCTION, ())
-    if text.startswith("{"):
+    if is_tuple_type(text):
         return TensorType(TUPLE, ())
     dtype, _, dims = text.partition("[")
     return TensorType(dtype, tuple(int(d) for d in dims.rstrip("]").split("x")) if dims else ())
