@@ -61,6 +61,13 @@ POOL = [
     ("AveragePool", [(1, 3, 9, 10)], dict(kernel_shape=[3, 2], auto_pad="SAME_UPPER",
                                           strides=[2, 2])),
     ("AveragePool", [(1, 2, 4, 6, 5)], dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+    # Rows wide enough for whole vectors of outputs between border columns (2-D, strides 1, 2).
+    ("MaxPool", [(1, 2, 7, 45)], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", [(1, 2, 5, 50)], dict(kernel_shape=[2, 3], dilations=[1, 2], pads=[0, 2, 1, 0],
+                                      ceil_mode=1)),
+    ("AveragePool", [(1, 2, 6, 40)], dict(kernel_shape=[2, 3], pads=[1, 1, 0, 2],
+                                          count_include_pad=1, ceil_mode=1)),
+    ("AveragePool", [(1, 2, 7, 71)], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1])),
     ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1],
                                      p=3)),
     ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[2, 2], strides=[2, 2])),
@@ -139,9 +146,12 @@ def test_conv_as_matrix_product_split_over_threads(threads):
                                                              dilations=[1, 2])),
              ("Conv", [(1, 32, 20, 20), (40, 32, 1, 1), (40,)], {}),
              ("Conv", [(1, 3, 64, 64), (16, 3, 7, 7)], dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+             # Fewer panels than tasks: one row block per panel, and several for one panel.
+             ("Conv", [(1, 32, 7, 7), (64, 32, 3, 3), (64,)], dict(pads=[1, 1, 1, 1])),
+             ("Conv", [(1, 32, 4, 4), (96, 32, 3, 3)], dict(pads=[1, 1, 1, 1])),
              ("Conv", [(1, 16, 24, 24), (16, 4, 3, 3)], dict(group=4, pads=[1, 1, 1, 1]))]
     kernels = _check(cases, "float32", "host", threads=threads)
-    assert list(kernels.values()) == ["ConvGemm"] * 4 + ["Conv"]
+    assert list(kernels.values()) == ["ConvGemm"] * 6 + ["Conv"]
 
 
 @pytest.mark.parametrize("threads", [1, 3])

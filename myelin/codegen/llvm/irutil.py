@@ -84,6 +84,13 @@ def splat(builder, scalar, width):
                                   ir.Constant(ir.VectorType(I32, width), [0] * width))
 
 
+def every_nth(builder, vector, stride, width):
+    """Lanes 0, ``stride``, 2 * ``stride``, ... of ``vector``: ``width`` of them."""
+    return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, width),
+                                              [i * stride for i in range(width)]))
+
+
 def transpose_block(builder, rows):
     """The transpose of a square block held as ``rows`` (vectors of len(rows) lanes, a power
     of two): at each level d (half the block, then a quarter, ...), vectors p and p + d swap
@@ -115,27 +122,28 @@ def element_ptr(builder, base, dtype, index):
     return builder.gep(base, [index], source_etype=storage_type(dtype))
 
 
-def gather(builder, base, dtype, offsets):
-    """The elements of ``dtype`` at ``base[offsets]`` (a vector of i32 or i64 offsets, each
-    inside the array) as a vector; LLVM picks a gather instruction or scalar loads."""
+def gather(builder, base, dtype, offsets, mask=None, fill=None):
+    """The elements of ``dtype`` at ``base[offsets]`` (a vector of i32 or i64 offsets) as a
+    vector. Lanes where ``mask`` (a vector of i1; default all) is false are not read and give
+    ``fill`` (default undefined); the others must lie inside the array. Offsets are kept at
+    their width, so 32-bit offsets make a 32-bit-index gather instruction where the target
+    has one (LLVM picks scalar loads elsewhere)."""
     width = offsets.type.count
-    index_type = ir.VectorType(I64, width)
-    if offsets.type.element != I64:
-        offsets = builder.sext(offsets, index_type)
-    scale = ir.Constant(index_type, dtypes.itemsize(dtype))
-    addresses = builder.add(splat(builder, builder.ptrtoint(base, I64), width),
-                            builder.mul(offsets, scale))
-    pointer_type = ir.VectorType(PTR, width)
     value_type = ir.VectorType(storage_type(dtype), width)
+    pointer_type = ir.VectorType(PTR, width)
+    addresses = builder.gep(base, [offsets], source_etype=storage_type(dtype))
+    addresses.type = pointer_type      # (llvmlite types a GEP of a vector of indices as one)
+    if mask is None:
+        mask = ir.Constant(ir.VectorType(I1, width), [1] * width)
+    if fill is None:
+        fill = ir.Constant(value_type, ir.Undefined)
     name = f"llvm.masked.gather.v{width}{_intrinsic_suffix(storage_type(dtype))}.v{width}p0"
     module = builder.module
     function = module.globals.get(name) or ir.Function(
         module, ir.FunctionType(value_type, [pointer_type, I32, ir.VectorType(I1, width),
                                              value_type]), name)
-    everywhere = ir.Constant(ir.VectorType(I1, width), [1] * width)
-    return builder.call(function, [builder.inttoptr(addresses, pointer_type),
-                                   ir.Constant(I32, dtypes.itemsize(dtype)), everywhere,
-                                   ir.Constant(value_type, ir.Undefined)])
+    return builder.call(function, [addresses, ir.Constant(I32, dtypes.itemsize(dtype)), mask,
+                                   fill])
 
 
 def _intrinsic_suffix(typ):

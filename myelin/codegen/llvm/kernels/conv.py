@@ -331,8 +331,7 @@ class ConvKernel(OutlinedKernel):
         if stride <= WIDE_STRIDE:
             wide = irutil.load(b, irutil.element_ptr(b, base, dtype, ival(start)), dtype,
                                width * stride)
-            mask = ir.Constant(ir.VectorType(irutil.I32, width), [i * stride for i in range(width)])
-            return b.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), mask)
+            return irutil.every_nth(b, wide, stride, width)
         vector = ir.Constant(irutil.vector_of(irutil.compute_type(dtype), width), ir.Undefined)
         for lane in range(width):
             at = irutil.element_ptr(b, base, dtype, ival(add(b, start, lane * stride)))

@@ -5,16 +5,21 @@ for every output pixel, the input element that tap meets (zero in the padding). 
 built whole: the matrix product's tasks (:mod:`matmul`) pack a group of panels of X' at a time
 into a buffer on the stack, straight from the image, and run the register-tile kernel over
 them with the weights as A, so every gathered element feeds all the output channels. Tasks
-split the output pixels (not the channels), so no panel is gathered twice. The bias is added
-to each tile before it is stored.
+split the output pixels; only where there are fewer panels than threads do they split the
+output channels too, each such task gathering its panels again (as few as pay for
+themselves: :meth:`matmul.Plan._row_blocks`). The bias is added to each tile before it is
+stored.
 
 Packing a panel row takes whole vectors of an input row where the pixels are consecutive in
-one output row and the taps inside the image (unit stride); elsewhere it gathers with the
-out-of-image lanes set to zero. A 1x1 convolution with unit strides and no padding reads X as
-the matrix [Cin, H*W] it already is.
+one output row and the taps inside the input row (every other element of two vectors for
+stride 2); elsewhere it gathers, the out-of-image lanes masked off and zero. Where each vector
+of a tap comes from is the same in every channel, so it is worked out once per tap and each
+channel's row is then one load or gather per vector. A 1x1 convolution with unit strides and
+no padding reads X as the matrix [Cin, H*W] it already is.
 """
 
 import math
+from typing import NamedTuple
 
 import llvmlite.ir as ir
 
@@ -28,6 +33,19 @@ from myelin.ops import fused as fused_ops
 
 I32 = irutil.I32
 CONTIGUOUS_STRIDES = 2    # strides whose panel rows are loaded whole (with every other lane)
+
+
+class _Line(NamedTuple):
+    """The pixels of one vector of a panel: which exist (``valid``), their first input row
+    and column (``top``, ``left``: vectors, and ``top0``, ``left0``: the first lane's), and
+    whether they lie in one output row (``one_row``)."""
+
+    valid: object
+    top: object
+    left: object
+    one_row: object
+    top0: object
+    left0: object
 
 
 class ConvGemmKernel(Kernel):
@@ -99,7 +117,7 @@ class _ConvTask(Task):
         b, plan, g = self.b, self.plan, self.g
         lanes, dtype, width = plan.lanes, plan.dtype, plan.width
         (height, in_width), (kh, kw) = g.input, g.kernel
-        (sh, sw), (dh, dw), (ph, pw) = g.strides, g.dilations, g.pads_begin
+        (sh, sw), (ph, pw) = g.strides, g.pads_begin
         out_width = g.output[1]
         vector = ir.VectorType(I32, lanes)
         first = b.trunc(b.mul(panel, irutil.i64(width)), I32)
@@ -119,63 +137,70 @@ class _ConvTask(Task):
             last_row = b.extract_element(row, ir.Constant(I32, lanes - 1))
             last_valid = b.extract_element(valid, ir.Constant(I32, lanes - 1))
             one_row = b.and_(b.icmp_signed("==", first_row, last_row), last_valid)
-            lines.append((valid, top, left, one_row, b.extract_element(top, ir.Constant(I32, 0)),
-                          b.extract_element(left, ir.Constant(I32, 0))))
+            lines.append(_Line(valid, top, left, one_row,
+                               b.extract_element(top, ir.Constant(I32, 0)),
+                               b.extract_element(left, ir.Constant(I32, 0))))
         plane = height * in_width
-        zero = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
-        with irutil.for_range(b, 0, g.in_channels, name="gc") as channel:
-            channel_base = b.trunc(b.mul(channel, irutil.i64(plane)), I32)
-            with irutil.for_range(b, 0, kh, name="gy") as ky:
-                ky32 = b.trunc(ky, I32)
-                with irutil.for_range(b, 0, kw, name="gx") as kx:
-                    kx32 = b.trunc(kx, I32)
+        with irutil.for_range(b, 0, kh, name="gy") as ky:
+            ky32 = b.trunc(ky, I32)
+            with irutil.for_range(b, 0, kw, name="gx") as kx:
+                kx32 = b.trunc(kx, I32)
+                # Where each vector of this tap's rows comes from is the same in every channel.
+                sources = [self._source(line, ky32, kx32) for line in lines]
+                with irutil.for_range(b, 0, g.in_channels, name="gc") as channel:
                     tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky),
                                       irutil.i64(kw)), kx)
                     target_row = self.packed_row(panels, panel, tap)
-                    for v, (valid, top, left, one_row, top0, left0) in enumerate(lines):
-                        y_in = b.add(top0, b.mul(ky32, ir.Constant(I32, dh)))
-                        x_in = b.add(left0, b.mul(kx32, ir.Constant(I32, dw)))
+                    image = irutil.element_ptr(b, self.bp, dtype,
+                                               b.mul(channel, irutil.i64(plane)))
+                    for v, source in enumerate(sources):
                         target = irutil.element_ptr(b, target_row, dtype, irutil.i64(v * lanes))
-                        self._pack_line(target, valid, top, left, one_row, y_in, x_in, ky32,
-                                        kx32, channel_base, zero)
+                        self._pack_vector(image, source, target)
 
-    def _pack_line(self, target, valid, top, left, one_row, y_in, x_in, ky, kx, channel_base,
-                   zero):
-        """One vector of a panel row: one contiguous load (every other element of two vectors
-        for stride 2) when the pixels lie in one output row and their taps inside the input
-        row, else gathered."""
+    def _source(self, line, ky, kx):
+        """Where the vector ``line`` of the panel row of tap (``ky``, ``kx``) comes from, in
+        any channel: (contiguous, the offset of its first element in the channel's plane and
+        whether its row is inside the image, for one load; the offsets of its elements and
+        which lie inside, to gather). A vector loads whole (every other element of two
+        vectors for stride 2) when its pixels lie in one output row and their taps inside the
+        input row."""
         b, plan, g = self.b, self.plan, self.g
-        lanes, dtype = plan.lanes, plan.dtype
+        lanes = plan.lanes
         (height, in_width), (dh, dw) = g.input, g.dilations
         stride = g.strides[1]
         vector = ir.VectorType(I32, lanes)
+        y_in = b.add(line.top0, b.mul(ky, ir.Constant(I32, dh)))
+        x_in = b.add(line.left0, b.mul(kx, ir.Constant(I32, dw)))
         inside_rows = b.icmp_unsigned("<", y_in, ir.Constant(I32, height))
         if stride <= CONTIGUOUS_STRIDES and stride * lanes <= in_width:
             fits = b.and_(b.icmp_signed(">=", x_in, ir.Constant(I32, 0)),
                           b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - stride * lanes)))
-            contiguous = b.and_(one_row, fits)
+            contiguous = b.and_(line.one_row, fits)
         else:
             contiguous = ir.Constant(irutil.I1, 0)
+        start = b.select(inside_rows, b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in),
+                         ir.Constant(I32, 0))
+        y = b.add(line.top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))
+        x = b.add(line.left, irutil.splat(b, b.mul(kx, ir.Constant(I32, dw)), lanes))
+        inside = b.and_(line.valid, b.and_(
+            b.icmp_unsigned("<", y, ir.Constant(vector, [height] * lanes)),
+            b.icmp_unsigned("<", x, ir.Constant(vector, [in_width] * lanes))))
+        offsets = b.add(b.mul(y, ir.Constant(vector, [in_width] * lanes)), x)
+        return contiguous, start, inside_rows, offsets, inside
+
+    def _pack_vector(self, image, source, target):
+        """Store at ``target`` one vector of a panel row from the channel plane at ``image``."""
+        b, plan = self.b, self.plan
+        lanes, dtype, stride = plan.lanes, plan.dtype, self.g.strides[1]
+        contiguous, start, inside_rows, offsets, inside = source
+        zero = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
         with b.if_else(contiguous) as (fast, slow):
             with fast:
-                start = b.add(channel_base,
-                              b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in))
-                start = b.select(inside_rows, start, ir.Constant(I32, 0))
-                at = irutil.element_ptr(b, self.bp, dtype, b.sext(start, irutil.I64))
+                at = irutil.element_ptr(b, image, dtype, b.sext(start, irutil.I64))
                 value = irutil.load(b, at, dtype, stride * lanes, plan.itemsize)
                 if stride > 1:
-                    value = b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
-                                             ir.Constant(vector, [stride * i
-                                                                  for i in range(lanes)]))
+                    value = irutil.every_nth(b, value, stride, lanes)
                 irutil.store(b, b.select(inside_rows, value, zero), target, dtype, plan.itemsize)
             with slow:
-                y = b.add(top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))
-                x = b.add(left, irutil.splat(b, b.mul(kx, ir.Constant(I32, dw)), lanes))
-                inside = b.and_(valid, b.and_(
-                    b.icmp_unsigned("<", y, ir.Constant(vector, [height] * lanes)),
-                    b.icmp_unsigned("<", x, ir.Constant(vector, [in_width] * lanes))))
-                offsets = b.add(irutil.splat(b, channel_base, lanes),
-                                b.add(b.mul(y, ir.Constant(vector, [in_width] * lanes)), x))
-                offsets = b.select(inside, offsets, ir.Constant(vector, [0] * lanes))
-                value = irutil.gather(b, self.bp, dtype, offsets)
-                irutil.store(b, b.select(inside, value, zero), target, dtype, plan.itemsize)
+                value = irutil.gather(b, image, dtype, offsets, mask=inside, fill=zero)
+                irutil.store(b, value, target, dtype, plan.itemsize)

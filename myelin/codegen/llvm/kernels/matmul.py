@@ -38,6 +38,7 @@ PANEL_GROUP_BYTES = 192 << 10  # the panels a group of tile rows reuses: about h
 PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's stack
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
+PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
 
 
 def _madd(b, x, y, acc):
@@ -164,12 +165,26 @@ class Plan:
                 panel_blocks = min(self.panels, _ceil(wanted, row_blocks))
             else:
                 panel_blocks = min(self.panels, wanted)
-                row_blocks = min(tiles, _ceil(wanted, panel_blocks))
+                row_blocks = self._row_blocks(threads, tiles, panel_blocks, wanted)
         self.block_rows = _ceil(tiles, row_blocks) * self.rows
         self.row_blocks = _ceil(self.m, self.block_rows)
         self.block_panels = _ceil(self.panels, panel_blocks)
         self.panel_blocks = _ceil(self.panels, self.block_panels)
         self.tasks = self.batches * self.row_blocks * self.panel_blocks
+
+    def _row_blocks(self, threads, tiles, panel_blocks, wanted):
+        """Row blocks for tasks split by panels first. Where B is packed at run time, each
+        row block packs its panels again, so there are only as many as pay for themselves:
+        the fewest that minimize the busiest thread's work, a task costing its packing
+        (``PACK_WORK`` per packed vector) and its rows' multiply-adds."""
+        if self.packing != "run":
+            return min(tiles, _ceil(wanted, panel_blocks))
+
+        def busiest(blocks):
+            rows = _ceil(tiles, blocks) * self.rows
+            return _ceil(panel_blocks * blocks, threads) * (PACK_WORK + rows)
+
+        return min(range(1, min(tiles, wanted) + 1), key=busiest)
 
     def a_strides(self):
         """Element strides of A along (row i, k)."""
