@@ -1,5 +1,8 @@
 """Instances of one cell computing on threads: wall time of the same work on one thread and
-on two (``compute()`` releases the GIL, so the speedup approaches the number of cores).
+on two (``compute()`` releases the GIL, so the speedup approaches the number of cores), for
+cells compiled to run each step on the caller's thread (``threads=1``: the parallelism is the
+instances') and with the default worker pool (each large step split over every core already,
+so a second calling thread has no idle core to take).
 
 Run: ``python benchmarks/threads.py``.
 """
@@ -39,17 +42,20 @@ def run_threads(instances, runs):
 def main(runs=3000):
     rng = np.random.default_rng(0)
     flow, x = build(rng)
-    cell = myelin.Compiler().compile(flow).cell("mlp")
-    instances = [cell.instance(), cell.instance()]
-    for data in instances:
-        data[x] = rng.random(x.shape, dtype=np.float32)
-    one = min(run_threads(instances[:1], 2 * runs) for _ in range(3))
-    two = min(run_threads(instances, runs) for _ in range(3))
     print("\ntwo threads vs one: 2-layer MLP [32x256] x [256x256], "
           f"{2 * runs} compute() calls in all")
-    print(f"  one thread   {one * 1e3:9.1f} ms")
-    print(f"  two threads  {two * 1e3:9.1f} ms   speedup {one / two:.2f}x")
-    return one / two
+    speedups = {}
+    for label, threads in (("threads=1", 1), ("worker pool", None)):
+        cell = myelin.Compiler(threads=threads).compile(flow).cell("mlp")
+        instances = [cell.instance(), cell.instance()]
+        for data in instances:
+            data[x] = rng.random(x.shape, dtype=np.float32)
+        one = min(run_threads(instances[:1], 2 * runs) for _ in range(3))
+        two = min(run_threads(instances, runs) for _ in range(3))
+        print(f"  {label:<12} one thread {one * 1e3:7.1f} ms   two threads {two * 1e3:7.1f} ms"
+              f"   speedup {one / two:.2f}x")
+        speedups[label] = one / two
+    return speedups
 
 
 if __name__ == "__main__":
