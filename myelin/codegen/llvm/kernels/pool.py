@@ -172,7 +172,7 @@ def _vector_columns(g, lanes):
     """The output columns [first, last) of a 2-D pool (strides 1 or 2 along the row) whose
     windows lie inside the input row far enough from its end that each tap row of ``lanes``
     outputs is one load, or (0, 0) where they are fewer than ``lanes``."""
-    if g.rank != 2 or g.strides[1] > 2:
+    if g.rank != 2 or g.strides[1] > 2 or lanes < 2:
         return 0, 0
     (width, kw), (stride, dilation, pad) = ((g.input[1], g.kernel[1]),
                                             (g.strides[1], g.dilations[1], g.pads_begin[1]))
