@@ -61,7 +61,7 @@ def test_interpolating_modes(mode, features):
 
 
 @pytest.mark.parametrize("features", PRESETS)
-@pytest.mark.parametrize("dtype", ["float32", "uint8", "int8", "int32", "int64"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "uint8", "int8", "int32", "int64"])
 def test_nearest(dtype, features):
     cases = [(shape, _attrs(shape, sizes, mode="nearest", coordinate_transformation_mode=t,
                             nearest_mode=n))

@@ -124,26 +124,30 @@ def element_ptr(builder, base, dtype, index):
 
 def gather(builder, base, dtype, offsets, mask=None, fill=None):
     """The elements of ``dtype`` at ``base[offsets]`` (a vector of i32 or i64 offsets) as a
-    vector. Lanes where ``mask`` (a vector of i1; default all) is false are not read and give
-    ``fill`` (default undefined); the others must lie inside the array. Offsets are kept at
-    their width, so 32-bit offsets make a 32-bit-index gather instruction where the target
-    has one (LLVM picks scalar loads elsewhere)."""
+    vector of the compute type, like :func:`load`. Lanes where ``mask`` (a vector of i1;
+    default all) is false are not read and give ``fill`` (default undefined); the others must
+    lie inside the array. Offsets are kept at their width, so 32-bit offsets make a
+    32-bit-index gather instruction where the target has one (LLVM picks scalar loads
+    elsewhere)."""
     width = offsets.type.count
-    value_type = ir.VectorType(storage_type(dtype), width)
+    memory = vector_of(_memory_type(dtype), width)
     pointer_type = ir.VectorType(PTR, width)
     addresses = builder.gep(base, [offsets], source_etype=storage_type(dtype))
     addresses.type = pointer_type      # (llvmlite types a GEP of a vector of indices as one)
     if mask is None:
         mask = ir.Constant(ir.VectorType(I1, width), [1] * width)
-    if fill is None:
-        fill = ir.Constant(value_type, ir.Undefined)
-    name = f"llvm.masked.gather.v{width}{_intrinsic_suffix(storage_type(dtype))}.v{width}p0"
+    passthru = ir.Constant(memory, ir.Undefined)
+    if fill is not None and fill.type == memory:
+        passthru, fill = fill, None
+    name = f"llvm.masked.gather.v{width}{_intrinsic_suffix(memory.element)}.v{width}p0"
     module = builder.module
     function = module.globals.get(name) or ir.Function(
-        module, ir.FunctionType(value_type, [pointer_type, I32, ir.VectorType(I1, width),
-                                             value_type]), name)
-    return builder.call(function, [addresses, ir.Constant(I32, dtypes.itemsize(dtype)), mask,
-                                   fill])
+        module, ir.FunctionType(memory, [pointer_type, I32, ir.VectorType(I1, width), memory]),
+        name)
+    value = builder.call(function, [addresses, ir.Constant(I32, dtypes.itemsize(dtype)), mask,
+                                    passthru])
+    value = _from_memory(builder, value, dtype)
+    return value if fill is None else builder.select(mask, value, fill)
 
 
 def _intrinsic_suffix(typ):
@@ -199,18 +203,30 @@ def _soft_half(builder):
     return getattr(builder.module, "myelin_soft_half", False)
 
 
+def _memory_type(dtype):
+    """The type :func:`load` and :func:`gather` read ``dtype`` elements as: the storage type,
+    but a half's bits as i16 (converted by :func:`_from_memory`)."""
+    return I16 if dtype == "float16" else storage_type(dtype)
+
+
+def _from_memory(builder, value, dtype):
+    """``value`` read as :func:`_memory_type` converted to the compute type of ``dtype``."""
+    if dtype == "bool":
+        return builder.icmp_unsigned("!=", value, const(value.type, 0))
+    if dtype == "float16":
+        if _soft_half(builder):
+            return half_to_float(builder, value)
+        width = width_of(value)
+        return builder.fpext(builder.bitcast(value, vector_of(ir.HalfType(), width)),
+                             vector_of(F32, width))
+    return value
+
+
 def load(builder, ptr, dtype, width=1, align=None):
     """Load ``width`` elements of ``dtype`` at ``ptr`` and convert them to the compute type."""
-    storage = vector_of(storage_type(dtype), width)
-    align = align or dtypes.itemsize(dtype)
-    if dtype == "float16" and _soft_half(builder):
-        return half_to_float(builder, builder.load(ptr, typ=vector_of(I16, width), align=align))
-    value = builder.load(ptr, typ=storage, align=align)
-    if dtype == "bool":
-        return builder.icmp_unsigned("!=", value, const(storage, 0))
-    if dtype == "float16":
-        return builder.fpext(value, vector_of(F32, width))
-    return value
+    value = builder.load(ptr, typ=vector_of(_memory_type(dtype), width),
+                         align=align or dtypes.itemsize(dtype))
+    return _from_memory(builder, value, dtype)
 
 
 def store(builder, value, ptr, dtype, align=None):

@@ -271,12 +271,7 @@ class _Emitter:
         if width == 1:
             at = b.sext(offsets, irutil.I64)
             return irutil.load(b, irutil.element_ptr(b, in_row, self.dtype, at), self.dtype)
-        vector = ir.Constant(ir.VectorType(self.value_type, width), ir.Undefined)
-        for lane in range(width):
-            at = b.sext(b.extract_element(offsets, irutil.I32(lane)), irutil.I64)
-            value = irutil.load(b, irutil.element_ptr(b, in_row, self.dtype, at), self.dtype)
-            vector = b.insert_element(vector, value, irutil.I32(lane))
-        return vector
+        return irutil.gather(b, in_row, self.dtype, offsets)
 
     def _extrapolate(self, out_row, by_dim):
         """Write extrapolation_value where the source coordinate of any axis is outside."""
