@@ -17,7 +17,10 @@ The pool is one LLVM module compiled once per process. Its state is a global rec
 Workers spin (with ``pause``) for a while after their last task, so consecutive parallel steps
 start without a system call, then sleep on a futex until the next generation. A claim is a
 compare-and-swap on ``word`` that checks the generation, so a worker that read the work of an
-old generation can never run a task of a new one. The caller always takes tasks too: a pool
+old generation can never run a task of a new one. Publishing new work first closes the old
+generation (its index set to ``CLOSED``), so a worker that read the old word and then the new
+work cannot claim either: it would run a new task under the old generation's count, and the
+caller could return before that task finished. The caller always takes tasks too: a pool
 without workers (1 thread, after ``fork``, or while another thread holds it) just runs them
 all in the caller.
 """
@@ -43,6 +46,7 @@ _FUTEX_WAIT, _FUTEX_WAKE = 128, 129                       # the *_PRIVATE operat
 WORD, DONE, TASK, CONTEXT, COUNT, SEQUENCE, SLEEPERS, LOCK, STOP, WORKERS = range(10)
 _POOL_TYPE = ir.LiteralStructType([I64, I64, PTR, PTR, I64, I32, I32, I32, I32, I32])
 _FIELD_SIZES = [8, 8, 8, 8, 8, 4, 4, 4, 4, 4]
+CLOSED = 0xFFFFFFFF             # the task index of a generation whose work is being replaced
 
 
 def default_threads():
@@ -113,11 +117,11 @@ class _Emitter:
         word = self.load(b, WORD)
         current = b.icmp_unsigned("==", b.lshr(word, irutil.i64(32)), generation)
         index = b.and_(word, irutil.i64(0xFFFFFFFF))
-        count = self.load(b, COUNT, "monotonic")
+        count = self.load(b, COUNT, "acquire")
         b.cbranch(b.and_(current, b.icmp_unsigned("<", index, count)), claim, finish)
         b.position_at_end(claim)
-        task = self.load(b, TASK, "monotonic")
-        context = self.load(b, CONTEXT, "monotonic")
+        task = self.load(b, TASK, "acquire")
+        context = self.load(b, CONTEXT, "acquire")
         swap = b.cmpxchg(self.field(b, WORD), word, b.add(word, irutil.i64(1)), "seq_cst",
                          "seq_cst")
         b.cbranch(b.extract_value(swap, 1), run, loop)
@@ -197,12 +201,15 @@ class _Emitter:
                            "acquire", "monotonic")
         b.cbranch(b.extract_value(locked, 1), publish, alone)
         b.position_at_end(publish)
-        self.store(b, TASK, task, "monotonic")
-        self.store(b, CONTEXT, context, "monotonic")
-        self.store(b, COUNT, count, "monotonic")
+        # Close the last generation first: a worker that read its word (all tasks claimed)
+        # and then this call's count, task and context must fail its compare-and-swap.
+        old = b.lshr(self.load(b, WORD), irutil.i64(32))
+        self.store(b, WORD, b.or_(b.shl(old, irutil.i64(32)), irutil.i64(CLOSED)))
+        self.store(b, TASK, task, "release")
+        self.store(b, CONTEXT, context, "release")
+        self.store(b, COUNT, count, "release")
         self.store(b, DONE, irutil.i64(0))
-        generation = b.add(b.lshr(self.load(b, WORD), irutil.i64(32)), irutil.i64(1))
-        generation = b.and_(generation, irutil.i64(0xFFFFFFFF))
+        generation = b.and_(b.add(old, irutil.i64(1)), irutil.i64(0xFFFFFFFF))
         self.store(b, WORD, b.shl(generation, irutil.i64(32)))
         b.atomic_rmw("add", self.field(b, SEQUENCE), ir.Constant(I32, 1), "seq_cst")
         sleeping = b.icmp_unsigned("!=", self.load(b, SLEEPERS), ir.Constant(I32, 0))
