@@ -12,15 +12,17 @@ from myelin.importers.onnx.model import OnnxModel
 from myelin.importers.onnx.proto import load as load_proto
 
 
-def load(model, input_shapes=None, **compiler_options):
-    """An :class:`OnnxModel` for ``model`` (a path, bytes or ModelProto)."""
-    return OnnxModel(model, input_shapes, **compiler_options)
+def load(model, input_shapes=None, **options):
+    """An :class:`OnnxModel` for ``model`` (a path, bytes or ModelProto); ``options`` are
+    those of :class:`OnnxModel` (``base_dir``, ``max_signatures``) and of the compiler."""
+    return OnnxModel(model, input_shapes, **options)
 
 
-def import_model(model, shapes=None, values=None):
+def import_model(model, shapes=None, values=None, base_dir=None):
     """The :class:`ImportedGraph` (flow and name maps) of ``model`` for the given input
-    shapes and values."""
-    return import_graph(load_proto(model), shapes, values)
+    shapes and values; ``base_dir`` holds the files of its external data (by default the
+    folder of a path; required for bytes or a ModelProto that has external data)."""
+    return import_graph(load_proto(model, base_dir), shapes, values)
 
 
 __all__ = ["ImportedGraph", "OnnxModel", "check_supported", "import_model", "load",

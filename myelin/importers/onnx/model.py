@@ -4,9 +4,11 @@ The code myelin generates is specialized to concrete shapes. :class:`OnnxModel` 
 model for the shapes (and dtypes) of the inputs it is given, plus the values of inputs the
 graph uses as shapes, keeps the result per signature, and logs every compile with its reason
 (first run, new batch size, ...). Each signature has one instance, guarded by a lock, so a model
-can be called from several threads.
+can be called from several threads. At most ``max_signatures`` compiled signatures are kept:
+compiling one more drops the least recently used (logged like compiles).
 """
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -103,25 +105,38 @@ class _CompiledProgram:
 class OnnxModel:
     """An ONNX model compiled on demand for each input signature.
 
-    ``model`` is a path, bytes or ModelProto. ``input_shapes`` (name -> shape) fixes dynamic
-    dimensions and compiles at once; otherwise the first :meth:`run` compiles for its inputs.
+    ``model`` is a path, bytes or ModelProto. ``base_dir`` is the directory holding the files
+    of tensors stored as external data: by default a path's folder; bytes and ModelProtos have
+    none, so such a model needs it. ``input_shapes`` (name -> shape) fixes dynamic dimensions
+    and compiles at once; otherwise the first :meth:`run` compiles for its inputs. At most
+    ``max_signatures`` compiled signatures are kept, the least recently used going first.
     ``compiler_options`` go to :class:`myelin.Compiler`. A model with control flow (If, Loop,
     Scan that stay in the imported flow) is compiled by :func:`myelin.control.compile` with
     the same options and runs on its VM.
     """
 
-    def __init__(self, model, input_shapes=None, **compiler_options):
-        self.proto = proto.load(model)
+    def __init__(self, model, input_shapes=None, base_dir=None, max_signatures=8,
+                 **compiler_options):
+        if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or \
+                max_signatures < 1:
+            raise InputError(f"max_signatures must be a positive int, not {max_signatures!r}")
+        self.proto = proto.load(model, base_dir)
         importer.check_supported(self.proto)
         self.compiler_options = compiler_options
+        self.max_signatures = max_signatures
         self.input_names = [i.name for i in self.proto.graph.input
                             if i.name not in {t.name for t in self.proto.graph.initializer}]
         self.output_names = [o.name for o in self.proto.graph.output]
         self._value_inputs = set()     # inputs the graph reads as shapes or parameters
-        self._compiled = {}
-        self._lock = threading.Lock()
+        self._compiled = collections.OrderedDict()   # least recently used first
+        self._lock = threading.Lock()        # held while compiling
+        self._order_lock = threading.Lock()  # held while the order of _compiled changes
         self.compiles = []             # (signature, reason, seconds) per compile
         if input_shapes is not None:
+            unknown = sorted(set(input_shapes) - set(self.input_names))
+            if unknown:
+                raise InputError(f"input_shapes names {unknown}, which the model does not "
+                                 f"take; its inputs are {self.input_names}")
             self._compile(dict(input_shapes), {}, "shapes given at load time")
 
     @property
@@ -133,7 +148,13 @@ class OnnxModel:
 
     def network(self, signature=None):
         """The compiled Network of ``signature`` (default: the most recent compile)."""
-        return self._compiled[signature or self.compiles[-1][0]].network
+        if not self.compiles:
+            raise InputError("the model has not been compiled yet")
+        compiled = self._compiled.get(signature or self.compiles[-1][0])
+        if compiled is None:
+            raise InputError(f"no compiled network for signature {signature} (never "
+                             f"compiled, or dropped as least recently used)")
+        return compiled.network
 
     def run(self, inputs):
         """Compute the outputs for ``inputs`` (a dict by name, or a list in input order);
@@ -172,18 +193,21 @@ class OnnxModel:
 
     def _lookup(self, feeds):
         signature = self._signature(feeds)
-        compiled = self._compiled.get(signature)
-        if compiled is None:
-            with self._lock:
-                compiled = self._compiled.get(signature)
-                if compiled is None:
-                    reason = self._reason(feeds)
-                    shapes = {name: value.shape for name, value in feeds.items()}
-                    compiled = self._compile(shapes, feeds, reason)
+        with self._order_lock:
+            compiled = self._compiled.get(signature)
+            if compiled is not None:
+                self._compiled.move_to_end(signature)
+                return compiled
+        with self._lock:
+            compiled = self._compiled.get(signature)
+            if compiled is None:
+                reason = self._reason(feeds)
+                shapes = {name: value.shape for name, value in feeds.items()}
+                compiled = self._compile(shapes, feeds, reason)
         return compiled
 
     def _reason(self, feeds):
-        if not self._compiled:
+        if not self.compiles:
             return "first run"
         previous = self._compiled[self.compiles[-1][0]].imported
         changes = []
@@ -214,9 +238,14 @@ class OnnxModel:
             compiled = _Compiled(imported, network, cell, cell.instance(), threading.Lock(),
                                  time.perf_counter() - start)
         seconds = compiled.seconds
-        self._compiled[signature] = compiled
         self.compiles.append((signature, reason, seconds))
         log.info("compiled %s in %.3f s (%s)", _describe(imported), seconds, reason)
+        with self._order_lock:
+            self._compiled[signature] = compiled
+            while len(self._compiled) > self.max_signatures:
+                _, dropped = self._compiled.popitem(last=False)
+                log.info("dropped the compiled %s (least recently used; max_signatures=%d)",
+                         _describe(dropped.imported), self.max_signatures)
         return compiled
 
 

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 
 from myelin.errors import FlowFormatError, UnsupportedTypeError
 from myelin.flow import dtypes
+from myelin.importers.onnx import external
 
 # ONNX TensorProto element types myelin computes with, by their myelin names.
 _TYPES = {
@@ -31,25 +32,36 @@ _TYPES = {
 _ONNX_TYPES = {name: code for code, name in _TYPES.items()}
 
 
-def load(model):
-    """A ModelProto from a path (external data files next to it are read), bytes or a
-    ModelProto; raises FlowFormatError for anything that does not parse."""
+def load(model, base_dir=None):
+    """A ModelProto from a path, bytes or a ModelProto; raises FlowFormatError for anything
+    that does not parse or holds no graph. Tensors with external data are read from files in
+    ``base_dir``, by default the folder of the model's path (see :mod:`.external`)."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return external.load(_checked(model, "the model"), base_dir)
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            return onnx.load_model_from_string(bytes(model))
+            parsed = onnx.load_model_from_string(bytes(model))
         except Exception as exc:  # protobuf raises its own DecodeError types
             raise FlowFormatError(f"not an ONNX model: {exc}") from None
+        return external.load(_checked(parsed, "the bytes"), base_dir, copy=False)
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no ONNX model at {path}")
         try:
-            return onnx.load(path, load_external_data=True)
+            parsed = onnx.load(path, load_external_data=False)
         except Exception as exc:
             raise FlowFormatError(f"{path} is not an ONNX model: {exc}") from None
+        folder = os.path.dirname(os.path.abspath(path)) if base_dir is None else base_dir
+        return external.load(_checked(parsed, path), folder, copy=False)
     raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def _checked(model, what):
+    """``model``, or FlowFormatError if it has no graph (an empty file parses as one)."""
+    if not model.HasField("graph"):
+        raise FlowFormatError(f"{what} is not an ONNX model: it has no graph")
+    return model
 
 
 def opset(model, domain=""):
@@ -77,10 +89,14 @@ def onnx_dtype(name):
     return _ONNX_TYPES[dtypes.canonical(name)]
 
 
-def to_array(tensor, base_dir=None):
-    """A TensorProto as a NumPy array of its myelin type."""
+def to_array(tensor):
+    """A TensorProto as a NumPy array of its myelin type (its external data, if any, read
+    into it by :func:`load`)."""
     dtype_of(tensor.data_type, f"tensor {tensor.name!r}")
-    return np.asarray(numpy_helper.to_array(tensor, base_dir or ""))
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise FlowFormatError(f"tensor {tensor.name!r} keeps its data in an external file, "
+                              f"where myelin reads only the tensors of a model's graphs")
+    return np.asarray(numpy_helper.to_array(tensor))
 
 
 def value_type(info):
