@@ -98,17 +98,22 @@ def _default_attributes(op, opdef):
                for key in op.attrs)
 
 
-def _reaches(starts, targets, blocked):
+def _reaches(starts, targets, blocked, group_of):
     """True if an op in ``targets`` is reachable from the consumers of ``starts``' outputs
-    through ops not in ``blocked`` (a path leaving the group and coming back)."""
+    through ops not in ``blocked`` (a path leaving the group and coming back). An op of
+    another group stands for its whole group, which fused reads all its inputs before it
+    writes any output: two groups that each feed the other (HRNet's exchange units) would
+    make a cycle."""
     stack = [c for op in starts for v in op.outputs for c in v.consumers if id(c) not in blocked]
     seen = set()
     while stack:
         op = stack.pop()
-        if id(op) in seen:
+        group = group_of.get(id(op))
+        ops = group.ops + ([group.host] if group.host else []) if group else [op]
+        if any(id(member) in seen for member in ops):
             continue
-        seen.add(id(op))
-        for consumer in (c for v in op.outputs for c in v.consumers):
+        seen.update(map(id, ops))
+        for consumer in (c for member in ops for v in member.outputs for c in v.consumers):
             if id(consumer) in targets:
                 return True
             if id(consumer) not in blocked:
@@ -147,8 +152,8 @@ def _form_elementwise_groups(order, ctx):
                       and all(c is reader for c in var.consumers)):
                 continue
             members = group.members() | other.members()
-            if (_reaches(other.ops, group.members(), members)
-                    or _reaches(group.ops, other.members(), members)):
+            if (_reaches(other.ops, group.members(), members, group_of)
+                    or _reaches(group.ops, other.members(), members, group_of)):
                 continue
             group.ops = sorted(other.ops + group.ops, key=order.index)
             for member in other.ops:
@@ -180,6 +185,8 @@ def _absorb_epilogues(order, group_of):
                 v is product or v.shape == product.shape or all(d == 1 for d in v.shape)
                 for v in _outside_inputs(group)):
             continue
+        if _reaches(group.ops, {id(op)}, group.members(), group_of):
+            continue
         group.host = op
         group_of[id(op)] = group
 
@@ -200,7 +207,7 @@ def _add_trailing_reductions(order, group_of):
         attrs = (rank - 1, op.attrs.get_bool("keepdims", False))
         if group.reduction_attrs not in (None, attrs):
             continue
-        if _reaches([op], group.members(), group.members()):
+        if _reaches([op], group.members(), group.members(), group_of):
             continue
         group.ops.append(op)
         group.reduction_attrs = attrs

@@ -79,6 +79,25 @@ def test_cycles_through_outside_ops_are_refused():
     assert [op.type for op in copy.funcs["f"].ops] == ["Exp", "Sum", "Sub"]
 
 
+def test_two_groups_feeding_each_other_are_not_both_formed():
+    # HRNet's exchange units: group A = {Add, Relu, Add} reads a product of group B's Relu,
+    # and group B reads a product of group A's Relu. Each group alone has no path out and
+    # back, but fused together they would be a cycle A -> MatMul -> B -> MatMul -> A.
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x, y = (f.var(name, "float32", [3, 5]) for name in ("x", "y"))
+    w = [f.const(rng.standard_normal((5, 5)).astype(np.float32)) for _ in range(2)]
+    a = f.relu(f.add(x, x))
+    b = f.relu(f.mul(y, y))
+    f.add(a, f.matmul(b, w[0]), name="p")
+    f.add(b, f.matmul(a, w[1]), name="q")
+    flow.infer_inputs_and_outputs()
+    flow.order(fused(flow).funcs["f"])      # no cycle
+    compile_and_check(flow, {"f": {"f/x": rng.standard_normal((3, 5), dtype=np.float32),
+                                   "f/y": rng.standard_normal((3, 5), dtype=np.float32)}})
+
+
 def test_intermediate_outputs_stay_outputs():
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")
