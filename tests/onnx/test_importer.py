@@ -100,6 +100,16 @@ def test_dynamic_shape_without_values_needs_shapes():
     assert imported.outputs[0].shape == (3, 3)
 
 
+
+def test_negative_declared_dimensions_are_dynamic():
+    # Paddle's exporter declares unknown dimensions as dim_value -1.
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                   [_info("x", shape=[-1, 4])], [_info("y", shape=[-1, 3])], [w])
+    x = np.random.default_rng().standard_normal((5, 4)).astype(np.float32)
+    (y,) = myelin.onnx.load(model).run({"x": x})
+    np.testing.assert_allclose(y, x @ np.ones((4, 3)), rtol=1e-5)
+
 def test_shape_input_is_specialized_on_its_value():
     """A Reshape whose shape is a graph input compiles once per distinct shape value."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]

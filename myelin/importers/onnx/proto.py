@@ -100,7 +100,8 @@ def to_array(tensor):
 
 
 def value_type(info):
-    """(myelin type, shape) of a ValueInfoProto; unknown dimensions are None (symbolic) or -1."""
+    """(myelin type, shape) of a ValueInfoProto; unknown dimensions are None: a symbol, no
+    value, or a negative value (Paddle's exporter declares -1, as ONNX Runtime accepts)."""
     kind = info.type.WhichOneof("value")
     if kind != "tensor_type":
         what = kind.removesuffix("_type").replace("_", " ") if kind else "value of no type"
@@ -113,7 +114,7 @@ def value_type(info):
         return dtype, None
     shape = []
     for dim in tensor.shape.dim:
-        if dim.HasField("dim_value"):
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
             shape.append(int(dim.dim_value))
         else:
             shape.append(dim.dim_param or None)
