@@ -125,6 +125,31 @@ def test_if_known_at_import_takes_one_branch_inline():
     assert _ops(compiled) == [] and len(compiled.flow.funcs) == 1
 
 
+def test_if_on_a_setting_that_one_branch_cannot_take_specializes():
+    """silero-vad: If(sr == 16000), whose 8 kHz branch is not valid for a 16 kHz frame's
+    shape. The condition comes only from a small integer input, so the model is compiled
+    for its value, the branch taken alone; a new value is a new signature."""
+    then_branch = _graph("then", [_const("rows", [-1, 4]),
+                                  helper.make_node("Reshape", ["x", "rows"], ["r"]),
+                                  helper.make_node("ReduceSum", ["r", "one"], ["s"],
+                                                   keepdims=0)], [], ["s"])
+    else_branch = _graph("else", [_const("rows", [-1, 5]),
+                                  helper.make_node("Reshape", ["x", "rows"], ["r"]),
+                                  helper.make_node("ReduceMax", ["r"], ["s"], axes=[1],
+                                                   keepdims=0)], [], ["s"])
+    nodes = [_const("one", [1]), _const("rate", 16000),
+             helper.make_node("Equal", ["sr", "rate"], ["c"]),
+             helper.make_node("If", ["c"], ["z"], then_branch=then_branch,
+                              else_branch=else_branch)]
+    graph = helper.make_graph(nodes, "g", [_info("sr", INT64, []), _info("x", FLOAT, ["n", "m"])],
+                              [_info("z", FLOAT)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = _check(model, {"sr": np.array(16000), "x": _random(3, 4)})
+    assert _ops(compiled) == []
+    _check(model, {"sr": np.array(8000), "x": _random(2, 5)}, compiled)
+    assert len(compiled.compiles) == 2
+
+
 # Loop.
 def _loop_body(extra_nodes=(), cond_out="cond_in"):
     """Body (i, cond_in, acc, count) -> (cond, acc + x[i % 4] * w, count + 1, scan: acc
@@ -264,12 +289,16 @@ def test_errors_name_the_node():
     feeds = {"c": np.array([True, False]), "x": x}
     with pytest.raises(ShapeError, match="two .*condition must have one element"):
         _errors(nodes, feeds).run(feeds)
-    # Branches of different shapes, the condition known only at run time.
-    nodes = [helper.make_node("If", ["c"], ["z"], then_branch=same, else_branch=summed,
+    # Branches of different shapes, the condition known only at run time (computed from
+    # data, so not a setting to specialize on).
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             _const("zero", 0.0, FLOAT), helper.make_node("Greater", ["total", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["z"], then_branch=same, else_branch=summed,
                               name="mixed")]
-    feeds = {"c": np.array(True), "x": x}
+    feeds = {"x": x}
     with pytest.raises(ShapeError, match="mixed .*branches give different types"):
         _errors(nodes, feeds).run(feeds)
+    feeds = {"c": np.array(True), "x": x}
     # Scan outputs of a loop without a trip count.
     body = _graph("body", [helper.make_node("Add", ["v", "x"], ["v_out"])],
                   [("i", INT64, []), ("cond_in", BOOL, []), "v"],

@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import myelin.onnx
+from myelin.errors import ShapeError
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _OUTPUTS = {"RNN": ["Y", "Y_h"], "GRU": ["Y", "Y_h"], "LSTM": ["Y", "Y_h", "Y_c"]}
@@ -149,3 +150,12 @@ def test_only_final_state_output():
     del model.graph.output[2]
     del model.graph.output[0]
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_input_of_another_rank_is_a_shape_error(op):
+    model, feeds = _case(op)
+    model.graph.input[0].type.tensor_type.shape.dim.add().dim_value = 1
+    feeds["X"] = feeds["X"][..., None]
+    with pytest.raises(ShapeError, match=f"{op}.*X must be 3-D"):
+        myelin.onnx.load(model).run(feeds)

@@ -236,15 +236,15 @@ class _GraphImporter:
         return value
 
     def graph_inputs_feeding(self, var):
-        """Names of the graph inputs that ``var`` is computed from."""
-        found, seen, stack = set(), set(), [var]
+        """The graph inputs that ``var`` is computed from: their variables by name."""
+        found, seen, stack = {}, set(), [var]
         while stack:
             current = stack.pop()
             if id(current) in seen:
                 continue
             seen.add(id(current))
             if id(current) in self.graph_inputs:
-                found.add(self.graph_inputs[id(current)])
+                found[self.graph_inputs[id(current)]] = current
             elif current.producer is not None:
                 stack.extend(current.producer.inputs)
         return found

@@ -8,7 +8,11 @@ variables (captured by the If op, passed along each iteration of a loop).
 - **If** with a condition known at import (a constant, or computed from constants or from
   graph inputs the importer specialized on) imports only the branch taken, inline. Otherwise
   both branches become branch functions of an ``If`` op; they must give outputs of the same
-  types (myelin needs static shapes), and sequences cannot leave them.
+  types (myelin needs static shapes), and sequences cannot leave them. A branch may not be
+  valid for the shapes given at all (silero-vad's 8 kHz branch on a 16 kHz frame): when one
+  cannot be imported and the condition is computed only from settings, graph inputs that are
+  integer or bool tensors of at most ``SETTING_ELEMENTS`` elements (a sample rate, a flag),
+  the model is specialized on their values, so the branch taken is imported alone.
 - **Loop** becomes a Builder ``while_loop`` (a tail-recursive function) over (iteration
   number, condition, loop-carried values, scan outputs so far), running while i < M and the
   condition holds. M and the condition may be run-time values. Scan
@@ -40,10 +44,11 @@ import numpy as np
 
 from myelin.errors import ShapeError, UnsupportedTypeError
 from myelin.flow import dtypes
-from myelin.importers.onnx.context import Sequence
+from myelin.importers.onnx.context import NeedsInputValues, Sequence
 from myelin.importers.onnx.converters import converter
 
 UNROLL_LIMIT = 64        # loops of at most this many iterations may be unrolled
+SETTING_ELEMENTS = 16    # integer or bool graph inputs this small deciding an If: settings
 BLOCKED_FROM = 65        # loops with scan outputs and this many iterations or more run blocked
 
 
@@ -77,7 +82,14 @@ def _if(ctx):
             return outputs
         return build
 
-    results = ctx.b.if_else(condition, branch("then_branch"), branch("else_branch"))
+    try:
+        results = ctx.b.if_else(condition, branch("then_branch"), branch("else_branch"))
+    except ShapeError:
+        settings = ctx.importer.graph_inputs_feeding(condition)
+        if settings and all((dtypes.is_integer(var.dtype) or var.dtype == "bool")
+                            and var.elements <= SETTING_ELEMENTS for var in settings.values()):
+            raise NeedsInputValues(settings) from None
+        raise
     return results if isinstance(results, list) else [results]
 
 

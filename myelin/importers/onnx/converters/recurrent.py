@@ -92,6 +92,8 @@ class _Recurrence:
     def __init__(self, ctx, gates, default_activations):
         self.ctx = ctx
         x = ctx.input(0)
+        if len(x.shape) != 3:
+            raise ctx.error(f"input X must be 3-D, not of shape {list(x.shape)}")
         self.layout = ctx.attr("layout", 0) if ctx.opset >= 14 else 0
         if self.layout:
             x = ctx.op("Transpose", [x], {"perm": [1, 0, 2]})
