@@ -1,7 +1,7 @@
 """``myelin.onnx``: the ONNX importer's public API (see :mod:`myelin.importers.onnx`)."""
 
 from myelin.importers.onnx import (ImportedGraph, OnnxModel, check_supported, import_model,
-                                   load, supported_ops)
+                                   load, localize, supported_ops)
 
 __all__ = ["ImportedGraph", "OnnxModel", "check_supported", "import_model", "load",
-           "supported_ops"]
+           "localize", "supported_ops"]

@@ -243,3 +243,50 @@ def test_qlinear_conv(dtype, per_channel, bias):
     # ONNX Runtime saturates uint8 x int8 products pairwise to int16: the reference then.
     _check(*_model("QLinearConv", inputs, opset=10, initializers={"w", "ws", "wz"},
                    pads=[1, 1, 0, 1], strides=[1, 2]), reference=dtype == np.uint8)
+
+
+@pytest.mark.parametrize("conv_is_output", [False, True])
+@pytest.mark.parametrize("depthwise", [True, False])
+def test_quantize_after_conv_rounds_ties_to_even_in_fused_code(depthwise, conv_is_output):
+    """Conv -> Clip -> QuantizeLinear -> DequantizeLinear, with integer weights and inputs
+    in quarters so that x / scale lands exactly on ties (k + 0.5) in many places: fused into
+    the convolution or not, each must round half to even as the spec says."""
+    channels, scale = 24, np.float32(0.5)
+    groups = channels if depthwise else 1
+    weights = RNG.integers(-2, 3, (channels, channels // groups, 3, 3)).astype(np.float32)
+    x = (RNG.integers(-12, 13, (1, channels, 11, 13)) / 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=groups, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "low", "high"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(weights, "w"),
+             numpy_helper.from_array(np.float32(-20), "low"),
+             numpy_helper.from_array(np.float32(20), "high"),
+             numpy_helper.from_array(scale, "s"), numpy_helper.from_array(np.int8(3), "z")]
+    outputs = [helper.make_tensor_value_info("y", 1, None)]
+    if conv_is_output:
+        outputs.append(helper.make_tensor_value_info("c", 1, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    conv = np.clip(_conv(x, weights, groups), -20, 20)
+    assert np.mean(conv / scale % 1 == 0.5) > 0.2          # many ties
+    want = (np.clip(np.round(conv / scale) + 3, -128, 127) - 3) * scale
+    got = myelin.onnx.load(model).run({"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def _conv(x, weights, groups):
+    """A 3x3 convolution with padding 1 in float64 (exact for these small integers)."""
+    _, channels, height, width = x.shape
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    per_group = channels // groups
+    out = np.zeros((1, weights.shape[0], height, width))
+    for o in range(weights.shape[0]):
+        first = o // (weights.shape[0] // groups) * per_group
+        for i in range(per_group):
+            for dy in range(3):
+                for dx in range(3):
+                    out[0, o] += weights[o, i, dy, dx] * padded[0, first + i, dy:dy + height,
+                                                                 dx:dx + width]
+    return out

@@ -2,12 +2,14 @@
 
 ``load(model)`` gives an :class:`OnnxModel` that compiles on first run (or at once, given
 ``input_shapes``) and caches compiled code per input signature; ``import_model(model, shapes)``
-gives the flow for one signature. ``supported_ops()`` lists the ONNX op types that convert.
+gives the flow for one signature. ``supported_ops()`` lists the ONNX op types that convert;
+``localize(model, feeds)`` finds the first node whose value differs from ONNX Runtime's.
 Needs the ``onnx`` package (``pip install myelin[onnx]``).
 """
 
 from myelin.importers.onnx.converters import supported as supported_ops
 from myelin.importers.onnx.importer import ImportedGraph, check_supported, import_graph
+from myelin.importers.onnx.compare import localize
 from myelin.importers.onnx.model import OnnxModel
 from myelin.importers.onnx.proto import load as load_proto
 
@@ -26,4 +28,4 @@ def import_model(model, shapes=None, values=None, base_dir=None):
 
 
 __all__ = ["ImportedGraph", "OnnxModel", "check_supported", "import_model", "load",
-           "supported_ops"]
+           "localize", "supported_ops"]
