@@ -1,6 +1,7 @@
 """The runtime API: networks, cells, instances, tensor views, errors, and threads."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -273,3 +274,72 @@ def test_reference_inputs_assignment_and_errors():
     np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
     with pytest.raises(myelin.InputError, match="shape"):
         data[x] = np.zeros((2, 2))
+
+
+def test_one_instance_on_two_threads_at_once_is_refused():
+    """Computing one instance from two threads at once would mix their tensors: the second
+    caller gets InputError while the first computes, and the first's results stay right."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [256, 256])
+    W = f.array("W", rng.standard_normal((256, 256)).astype(np.float32) / 16)
+    y = f.tanh(f.matmul(f.tanh(f.matmul(x, W)), W), name="y")
+    data = myelin.Compiler(threads=1).compile(flow).cell("f").instance()
+    data[x] = rng.standard_normal((256, 256)).astype(np.float32)
+    data.compute()
+    expected = np.asarray(data[y]).copy()
+    refused, done, wrong = threading.Event(), threading.Event(), []
+
+    def compute_until_refused():
+        while not refused.is_set() and not done.wait(0):
+            data.compute()
+            if not np.array_equal(np.asarray(data[y]), expected):
+                wrong.append(True)
+
+    worker = threading.Thread(target=compute_until_refused)
+    worker.start()
+    deadline = time.monotonic() + 10    # (the worker computes for all but microseconds)
+    try:
+        while time.monotonic() < deadline and not refused.is_set():
+            try:
+                data.compute()
+            except myelin.InputError as error:
+                assert "computing on another thread" in str(error)
+                refused.set()
+    finally:
+        done.set()
+        worker.join()
+    assert refused.is_set() and not wrong
+    data.compute()                      # free again once the other thread is done
+
+
+@pytest.mark.parametrize("key", [True, False, np.bool_(True), 1.0, np.float32(0), -1, 99,
+                                 None, [0], (0,), np.array(0), b"f/x", slice(0, 1)])
+def test_odd_keys_are_input_errors(key):
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    net = myelin.Compiler().compile(flow)
+    cell = net.cell("f")
+    data = cell.instance()
+    for lookup in (lambda: data[key], lambda: data.tensor(key), lambda: data.array(key),
+                   lambda: cell.spec(key)):
+        with pytest.raises(myelin.InputError):
+            lookup()
+    with pytest.raises(myelin.InputError):
+        data[key] = np.ones((1, 64), np.float32)
+    if not isinstance(key, (int, np.integer)):
+        with pytest.raises(myelin.InputError):
+            net[key]
+        assert key not in cell
+    assert np.asarray(data[0]).shape == (1, 64)     # an int index still works
+
+
+@pytest.mark.parametrize("value", [[[1.0] * 64, [1.0] * 63], [[1.0] * 63 + ["x"]], "x" * 64,
+                                   None, object(), np.ones((1, 64), object), {"a": 1},
+                                   [[1j] * 64], 2 ** 80, b"\0" * 64])
+def test_values_that_are_no_arrays_of_the_tensor_are_input_errors(value):
+    flow, x, y, W, b = guide_flow(np.random.default_rng())
+    net = myelin.Compiler().compile(flow)
+    data = net.cell("f").instance()
+    with pytest.raises(myelin.InputError):
+        data[x] = value

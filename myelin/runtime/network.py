@@ -3,16 +3,19 @@
 A :class:`Network` holds the compiled cells of a flow and the global tensors (constants and
 learnable parameters). A :class:`Cell` is one compiled function: its code and the layout of its
 instance block. An :class:`Instance` is one such block of memory; ``compute()`` is a single call
-into native code (the GIL is released, so instances compute concurrently on threads).
+into native code (the GIL is released, so instances compute concurrently on threads; one
+instance computes on one thread at a time).
 :class:`Tensor` is a zero-copy view of one tensor in an instance or of a global.
 """
 
 import ctypes
+import reprlib
 
 import numpy as np
 
 from myelin.errors import InputError
 from myelin.flow import dtypes
+from myelin.flow.graph import Variable
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.profile import Profile
 
@@ -70,9 +73,24 @@ class Tensor:
         return str(self._array)
 
 
+def tensor_name(key):
+    """The name a tensor key stands for: a name, or a Variable's name; InputError for any
+    other key (a bool, a float, None, an array, ...)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, Variable):
+        return key.name
+    raise InputError(f"tensors are looked up by Variable or name (in an instance also by "
+                     f"index), not by {type(key).__name__} {reprlib.repr(key)}")
+
+
 def coerce_value(spec_name, spec_dtype, shape, value):
     """``value`` as an array of the tensor's dtype and shape, or InputError saying why not."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as error:   # ragged lists, objects NumPy cannot take
+        raise InputError(f"tensor {spec_name} cannot take {type(value).__name__} "
+                         f"{reprlib.repr(value)}: {error}") from None
     target = dtypes.to_numpy(spec_dtype)
     if array.dtype != target and not np.can_cast(array.dtype, target, casting="same_kind"):
         raise InputError(f"tensor {spec_name} holds {spec_dtype}; cannot take {array.dtype} "
@@ -116,7 +134,7 @@ class Network:
                              f"{', '.join(self._cells) or 'none'}") from None
 
     def _global(self, key):
-        name = key if isinstance(key, str) else repr(key)
+        name = tensor_name(key)
         resolved = self._global_names.get(name)
         if resolved is None:
             raise InputError(f"network has no global tensor {name!r}")
@@ -179,18 +197,26 @@ class Cell:
 
     def index(self, key):
         """The parameter index of a tensor (faster lookups than by name)."""
-        name = key if isinstance(key, str) else repr(key)
+        name = tensor_name(key)
         try:
             return self._index[name]
         except KeyError:
             raise InputError(f"cell {self.name} has no tensor {name!r}") from None
 
     def __contains__(self, key):
-        name = key if isinstance(key, str) else repr(key)
-        return name in self._index
+        return isinstance(key, (str, Variable)) and tensor_name(key) in self._index
+
+    def position(self, key):
+        """The index of a tensor given by Variable, name, alias or index; InputError for an
+        index out of range or a key of another kind (bools are not indices)."""
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not 0 <= key < len(self._tensors):
+                raise InputError(f"cell {self.name} has no tensor index {key}")
+            return int(key)
+        return self.index(key)
 
     def spec(self, key):
-        return self._tensors[key if isinstance(key, int) else self.index(key)]
+        return self._tensors[self.position(key)]
 
     def instance(self):
         """A new instance: a zeroed block of memory for this cell's tensors."""
@@ -233,13 +259,20 @@ class Instance:
 
     A reference input (a variable flagged ``ref``) is not copied into the instance: an array
     of the caller's is bound to it (:meth:`bind`, or ``data[x] = array``) and the cell reads
-    it in place."""
+    it in place.
+
+    An instance is one set of tensors, so it computes on one thread at a time: ``compute()``
+    raises InputError while it is computing on another thread. Threads compute at once on
+    instances of their own (of one cell or several)."""
 
     def __init__(self, cell):
         self.cell = cell
         self._memory = aligned_zeros(max(cell.instance_size, 1), cell.instance_alignment)
         self._address = self._memory.ctypes.data
         self._function = cell._function
+        # A token that compute() takes for its native call: an atomic test-and-set (list.pop
+        # and append), four times cheaper than a lock's non-blocking acquire and release.
+        self._token = [True]
         self._views = {}
         self._bound = {}     # id of a reference input -> the array bound to it
         # The block as 64-bit words, where reference inputs keep their arrays' addresses.
@@ -248,15 +281,24 @@ class Instance:
     def compute(self):
         """Run the cell: one native call (the GIL is released meanwhile).
 
-        Raises InputError if a reference input is not bound, or if a step found bad input
-        (an index out of range); the outputs of that step and later ones are then
-        unspecified."""
+        Raises InputError if a reference input is not bound, if the instance is computing on
+        another thread (use an instance per thread), or if a step found bad input (an index
+        out of range); the outputs of that step and later ones are then unspecified."""
         if len(self._bound) < self.cell._references:
             missing = [t.name for t in self.cell._tensors
                        if t.ref and id(t) not in self._bound]
             raise InputError(f"cell {self.cell.name}: reference inputs {missing} are not bound "
                              f"(bind arrays with data.bind(name, array) or data[name] = array)")
-        status = self._function(self._address)
+        try:
+            self._token.pop()
+        except IndexError:
+            raise InputError(f"this instance of cell {self.cell.name} is computing on another "
+                             f"thread: an instance computes on one thread at a time (give "
+                             f"each thread an instance of its own)") from None
+        try:
+            status = self._function(self._address)
+        finally:
+            self._token.append(True)
         if status:
             step = self.cell.steps[status - 1]
             raise InputError(f"op {step.name} ({step.type}): an index is out of range "
@@ -313,11 +355,7 @@ class Instance:
         return view
 
     def _resolve(self, key):
-        if isinstance(key, (int, np.integer)):
-            if not 0 <= key < len(self.cell._tensors):
-                raise InputError(f"cell {self.cell.name} has no tensor index {key}")
-            return int(key)
-        return self.cell.index(key)
+        return self.cell.position(key)
 
     def array(self, key):
         """The NumPy view of a tensor of this instance (no copy), by Variable, name, alias or

@@ -198,10 +198,6 @@ class CudaInstance:
                 self._driver.zero(self._references[id(spec)], spec.size, self.stream)
 
     def _resolve(self, key):
-        if isinstance(key, (int, np.integer)):
-            if not 0 <= key < len(self.cell.tensors):
-                raise InputError(f"cell {self.cell.name} has no tensor index {key}")
-            return self.cell.spec(int(key))
         return self.cell.spec(key)
 
     def tensor(self, key):
