@@ -127,7 +127,7 @@ def test_run_a_flow_file_on_random_inputs(flow_file, tmp_path):
     status, text = run("run", flow_file, "--random", "--seed", "7", "--output-dir",
                        str(tmp_path))
     assert (status, text) == (0, f"f/y: float32[1x256] saved to {tmp_path / 'f_y.npy'}\n")
-    x = np.random.default_rng(7).standard_normal((1, 64)).astype(np.float32)  # as --seed 7
+    x = np.random.default_rng(7).standard_normal((1, 64), np.float32)  # as --seed 7
     h = np.maximum(x @ flow.vars["f/W"].data + flow.vars["f/b"].data, 0)
     want = np.exp(h - h.max()) / np.exp(h - h.max()).sum()
     np.testing.assert_allclose(np.load(tmp_path / "f_y.npy"), want, rtol=1e-4)
@@ -379,3 +379,84 @@ def test_compile_a_flow_with_control_flow(tmp_path):
     assert re.match(r"compiled 6 functions with control flow into 2 cells in [\d.]+ s", text)
     assert "count/while:" in text and "tailbranch" in text and "external <segment" in text
     assert re.search(r"cell segment\d: \d+ steps", text)
+
+
+def fails(capsys, *argv):
+    """The exit status and stderr lines of a command line that fails (argparse exits)."""
+    capsys.readouterr()
+    try:
+        status = main(list(argv), io.StringIO())
+    except SystemExit as exit:
+        status = exit.code
+    return status, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "M", "--shape", "x=-1,8", "--random"],
+     "argument --shape: sizes are 0 or more, not [-1, 8]: 'x=-1,8'"),
+    (["run", "M", "--shape", "x=2,,8", "--random"],
+     "argument --shape: not NAME=D0,D1,... with integer sizes: 'x=2,,8'"),
+    (["run", "M", "--shape", "=2,8"], "argument --shape: not NAME=D0,D1,...: '=2,8'"),
+    (["run", "M", "--random", "--seed", "-1"], "argument --seed: -1 is not at least 0"),
+    (["bench", "M", "--runs", "-5"], "argument --runs: -5 is not at least 0"),
+    (["bench", "M", "--warmup", "-1"], "argument --warmup: -1 is not at least 0"),
+    (["bench", "M", "--seconds", "0"], "argument --seconds: 0 is not above 0"),
+    (["profile", "M", "--seconds", "nan"], "argument --seconds: nan is not above 0"),
+    (["bench", "M", "--seconds", "inf"], "argument --seconds: inf is not above 0"),
+    (["compile", "M", "--threads", "0"], "argument --threads: 0 is not at least 1"),
+    (["compile", "M", "--opt-level", "x"], "argument --opt-level: invalid int value: 'x'"),
+])
+def test_bad_arguments_are_one_line_with_a_hint(onnx_file, capsys, argv, message):
+    argv = [onnx_file if arg == "M" else arg for arg in argv]
+    status, error = fails(capsys, *argv)
+    assert status == 2
+    assert error == [f"myelin {argv[0]}: error: {message}",
+                     f"  hint: myelin {argv[0]} --help lists the arguments"]
+
+
+def test_bad_models_shapes_and_files_are_one_line_with_a_hint(onnx_file, tmp_path, capsys):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    folder = tmp_path / "folder.onnx"
+    folder.mkdir()
+    np.save(tmp_path / "x.npy", np.ones((2, 8), np.float32))
+    x = f"x={tmp_path / 'x.npy'}"
+    cases = [
+        (["run", str(empty), "--random"], f"{empty} is not an ONNX model: it has no graph"),
+        (["compile", str(empty)], f"{empty} is not an ONNX model: it has no graph"),
+        (["run", str(folder), "--random"], f"{folder} is not an ONNX model"),
+        (["run", onnx_file, "--shape", "y=2,8", "--random"],
+         "--shape names y, which the model does not take"),
+        (["compile", onnx_file, "--shape", "y=2,8"],
+         "--shape names y, which the model does not take"),
+        (["run", onnx_file, "--shape", "x=2,8", "--shape", "x=3,8", "--random"],
+         "--shape gives input x twice"),
+        (["run", onnx_file, "--input", x, "--input", x], "--input gives x more than once"),
+        (["run", onnx_file, "--shape", "x=1000000000,1000000000,8", "--random"],
+         "random inputs up to x float32[1000000000x1000000000x8] would take 2.98e+10 GiB, "
+         "more than this machine's"),
+        (["run", onnx_file, "--input", x, "--output-dir", onnx_file],
+         f"{onnx_file}: File exists"),
+        (["convert", onnx_file, str(folder), "--shape", "x=2,8"], f"{folder}: Is a directory"),
+        (["graph", onnx_file, "--shape", "x=2,8", "-o", str(tmp_path / "no" / "g.dot")],
+         f"{tmp_path / 'no' / 'g.dot'}: No such file or directory"),
+    ]
+    for argv, message in cases:
+        status, error = fails(capsys, *argv)
+        assert status == 1 and len(error) == 2, (argv, error)
+        assert error[0].startswith(f"myelin {argv[0]}: error: {message}"), (argv, error)
+        assert error[1].startswith("  hint: ")
+
+
+def test_internal_errors_are_one_line_and_a_traceback_with_debug(flow_file, monkeypatch,
+                                                                  capsys):
+    def broken(*args, **kwargs):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(myelin.Compiler, "compile", broken)
+    assert fails(capsys, "compile", flow_file) == (1, [
+        "myelin compile: internal error: ValueError: a bug",
+        "  hint: this is a bug in myelin; run with --debug for the traceback and report it"])
+    status, error = fails(capsys, "compile", flow_file, "--debug")
+    assert status == 1 and error[0] == "Traceback (most recent call last):"
+    assert error[-2] == "myelin compile: internal error: ValueError: a bug"

@@ -11,8 +11,9 @@ prints or saves them; ``myelin bench MODEL`` prints latency percentiles and thro
 ONNX Runtime's on request; ``myelin graph MODEL -o OUT`` draws the flow before and after
 optimizing (DOT, SVG or HTML); ``myelin convert MODEL OUT.flow`` writes the flow of a model as
 a .flow file; ``myelin cache list|clear`` shows or empties the compile cache. MODEL is a
-``.onnx`` file or a SLING ``.flow`` file. Errors are one line and a hint (``--debug`` shows
-the traceback); a compile that takes a while shows a progress bar on a terminal.
+``.onnx`` file or a SLING ``.flow`` file. Errors are one line and a hint on stderr with exit
+status 1, internal errors (bugs in myelin) too; ``--debug`` shows the traceback. A compile that
+takes a while shows a progress bar on a terminal.
 
 Each sub-command is a module ``cmd_<name>`` with its ``add(commands)``; :mod:`.common` holds
 what they share.
@@ -30,8 +31,16 @@ from myelin.cli.progress import ProgressBar
 from myelin.errors import MyelinError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line and a hint, as the commands' are."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n  hint: {self.prog} --help lists the "
+                     f"arguments\n")
+
+
 def _parser():
-    parser = argparse.ArgumentParser(prog="myelin", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="myelin", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (cmd_compile, cmd_run, cmd_bench, cmd_graph, cmd_convert, cmd_cache):
         module.add(commands)
@@ -43,6 +52,17 @@ def _hint(message):
     if "dynamic shape" in message:
         return "give the input's shape with --shape NAME=D0,D1,..."
     return "run with --debug to see where it failed"
+
+
+def _message(error):
+    """One line saying what went wrong: an OSError as ``file: reason`` (the file written when
+    it names two), a MemoryError as such, anything else as its text."""
+    if isinstance(error, OSError) and error.strerror:
+        name = error.filename2 or error.filename
+        return f"{name}: {error.strerror}" if name is not None else error.strerror
+    if isinstance(error, MemoryError) and not isinstance(error, MyelinError):
+        return f"out of memory{': ' + str(error) if str(error) else ''}"
+    return str(error)
 
 
 def main(argv=None, out=None):
@@ -61,10 +81,18 @@ def main(argv=None, out=None):
         # The reader went away (myelin ... | head): stop quietly, as if killed by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (MyelinError, OSError, UsageError) as error:
+    except (MyelinError, OSError, MemoryError, UsageError) as error:
         if args.debug:
             traceback.print_exc()
-        hint = getattr(error, "hint", None) or _hint(str(error))
-        print(f"myelin {args.command}: error: {error}\n  hint: {hint}", file=sys.stderr)
+        message = _message(error)
+        hint = getattr(error, "hint", None) or _hint(message)
+        print(f"myelin {args.command}: error: {message}\n  hint: {hint}", file=sys.stderr)
+        return 1
+    except Exception as error:       # a bug in myelin: one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        print(f"myelin {args.command}: internal error: {type(error).__name__}: {error}\n"
+              f"  hint: this is a bug in myelin; run with --debug for the traceback and "
+              f"report it", file=sys.stderr)
         return 1
     return 0

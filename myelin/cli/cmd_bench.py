@@ -3,8 +3,8 @@ ONNX Runtime's on request."""
 
 import numpy as np
 
-from myelin.cli.common import (UsageError, cell_inputs, compile_model, inputs_text, load_onnx,
-                               model_command, random_inputs, repeat, timing_options)
+from myelin.cli.common import (UsageError, cell_inputs, compile_model, count_arg, inputs_text,
+                               load_onnx, model_command, random_inputs, repeat, timing_options)
 
 
 def _onnxruntime():
@@ -113,9 +113,9 @@ def add(commands):
                                 "with its copies in and out; the cells of a .flow file through "
                                 "data.compute()"))
     timing_options(command)
-    command.add_argument("--warmup", type=int, default=10,
+    command.add_argument("--warmup", type=count_arg, default=10,
                          help="untimed computes before timing (default 10)")
-    command.add_argument("--seed", type=int, default=0,
+    command.add_argument("--seed", type=count_arg, default=0,
                          help="seed of the random inputs (default 0)")
     command.add_argument("--onnxruntime", action="store_true",
                          help="also time ONNX Runtime (CPU) on the same inputs and print the "

@@ -8,8 +8,8 @@ import re
 
 import numpy as np
 
-from myelin.cli.common import (UsageError, cell_inputs, compile_model, inputs_text, load_onnx,
-                               model_command, random_inputs, type_text)
+from myelin.cli.common import (UsageError, cell_inputs, compile_model, count_arg, inputs_text,
+                               load_onnx, model_command, random_inputs, type_text)
 from myelin.errors import InputError
 from myelin.flow import dtypes
 
@@ -40,8 +40,12 @@ def _read_input(name, path):
 def _feeds(inputs, args):
     """The value of each of ``inputs``: the arrays of --input, random ones for the rest with
     --random."""
-    given = {name: _read_input(name, path) for name, path in args.input}
     hint = f"the model's inputs are {inputs_text(inputs)}"
+    names = [name for name, _ in args.input]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"--input gives {', '.join(twice)} more than once", hint)
+    given = {name: _read_input(name, path) for name, path in args.input}
     unknown = sorted(set(given) - {name for name, _, _ in inputs})
     if unknown:
         raise UsageError(f"the model has no input {', '.join(unknown)}", hint)
@@ -129,7 +133,7 @@ def add(commands):
                               "dynamic dimensions, its shape is the input's); repeatable")
     command.add_argument("--random", action="store_true",
                          help="fill the inputs not given with --input with random values")
-    command.add_argument("--seed", type=int, default=0,
+    command.add_argument("--seed", type=count_arg, default=0,
                          help="seed of the random inputs (default 0)")
     command.add_argument("--output-dir", metavar="DIR",
                          help="save each output as DIR/NAME.npy (characters other than "

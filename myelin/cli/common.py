@@ -2,6 +2,8 @@
 model, describing and making up inputs, timing loops, and the error a command line gets."""
 
 import argparse
+import math
+import os
 import time
 
 import numpy as np
@@ -19,12 +21,62 @@ class UsageError(Exception):
 
 
 def shape_arg(text):
-    """``name=d0,d1,...`` as (name, shape)."""
-    name, _, dims = text.partition("=")
+    """``name=d0,d1,...`` as (name, shape): sizes are integers >= 0 (``name=`` is a
+    scalar)."""
+    name, equals, dims = text.partition("=")
+    if not name or not equals:
+        raise argparse.ArgumentTypeError(f"not NAME=D0,D1,...: {text!r}")
     try:
-        return name, tuple(int(d) for d in dims.split(",") if d.strip())
+        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not NAME=D0,D1,...: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not NAME=D0,D1,... with integer sizes: "
+                                         f"{text!r}") from None
+    if any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"sizes are 0 or more, not {list(shape)}: {text!r}")
+    return name, shape
+
+
+def _number(kind, low, text, strict=False):
+    """``text`` as a ``kind`` (int or float) of at least ``low`` (above it if ``strict``),
+    finite; ArgumentTypeError otherwise."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < low or (strict and value == low):
+        raise argparse.ArgumentTypeError(f"{text} is not {'above' if strict else 'at least'} "
+                                         f"{low:g}")
+    return value
+
+
+def count_arg(text):
+    """An int of 0 or more (--runs, --warmup, --seed)."""
+    return _number(int, 0, text)
+
+
+def positive_arg(text):
+    """An int of 1 or more (--threads)."""
+    return _number(int, 1, text)
+
+
+def seconds_arg(text):
+    """A finite number of seconds above 0."""
+    return _number(float, 0.0, text, strict=True)
+
+
+def shapes(args, names):
+    """The --shape shapes by input name, checked against the model's input ``names``: each
+    named once, and each an input."""
+    given = {}
+    for name, shape in args.shape:
+        if name in given:
+            raise UsageError(f"--shape gives input {name} twice", "give each input's shape once")
+        given[name] = shape
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise UsageError(f"--shape names {', '.join(unknown)}, which the model does not take",
+                         f"the model's inputs are {', '.join(names) or 'none'}")
+    return given
 
 
 def compiler_options(args):
@@ -37,8 +89,11 @@ def load_flow(args):
     """The flow of ``args.model``: imported from ONNX (for the --shape shapes) or read from a
     .flow file."""
     if args.model.endswith(".onnx"):
-        from myelin.onnx import import_model
-        return import_model(args.model, shapes=dict(args.shape) or None).flow
+        from myelin.importers.onnx import import_graph, proto
+        model = proto.load(args.model)
+        initializers = {t.name for t in model.graph.initializer}
+        names = [i.name for i in model.graph.input if i.name not in initializers]
+        return import_graph(model, shapes(args, names) or None).flow
     if args.model.endswith(".flow"):
         if args.shape:
             raise UsageError("--shape applies to ONNX models only",
@@ -65,12 +120,12 @@ def load_onnx(args):
     from myelin.importers.onnx import proto
     from myelin.onnx import load
     model = load(args.model, **compiler_options(args))
-    shapes = dict(args.shape)
+    given = shapes(args, model.input_names)
     inputs = []
     for info in model.proto.graph.input:
         if info.name in model.input_names:
             dtype, shape = proto.value_type(info)
-            shape = shapes.get(info.name, shape)
+            shape = given.get(info.name, shape)
             if shape is not None:      # None for each dimension not known (named or -1)
                 shape = tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)
             inputs.append((info.name, dtype, shape))
@@ -95,17 +150,34 @@ def inputs_text(inputs):
     return ", ".join(f"{name} {type_text(dtype, shape)}" for name, dtype, shape in inputs)
 
 
+def _memory_bytes():
+    """The memory of this machine, in bytes (None where it cannot be told)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def random_inputs(inputs, rng):
     """A random array for each of ``inputs`` ((name, dtype, shape) triples; small integers for
-    integer inputs)."""
-    values = {}
+    integer inputs). UsageError for a dynamic shape, or inputs larger than the machine's
+    memory, before anything is allocated."""
+    total, memory = 0, _memory_bytes()
     for name, dtype, shape in inputs:
         if shape is None or None in shape:
             raise UsageError(f"input {name} has dynamic shape {type_text(dtype, shape)}",
                              "give the input's shape with --shape NAME=D0,D1,...")
+        total += math.prod(shape) * dtypes.to_numpy(dtype).itemsize
+        if memory is not None and total > memory:
+            raise UsageError(f"random inputs up to {name} {type_text(dtype, shape)} would take "
+                             f"{total / 2**30:.3g} GiB, more than this machine's "
+                             f"{memory / 2**30:.3g} GiB", "give smaller shapes with --shape")
+    values = {}
+    for name, dtype, shape in inputs:
         dtype = dtypes.to_numpy(dtype)
         if dtype.kind == "f":
-            values[name] = rng.standard_normal(shape).astype(dtype)
+            drawn = dtype if dtype.itemsize >= 4 else np.dtype(np.float32)   # (no float16 draws)
+            values[name] = rng.standard_normal(shape, drawn).astype(dtype, copy=False)
         elif dtype.kind == "b":
             values[name] = rng.random(shape) < 0.5
         else:
@@ -144,7 +216,7 @@ def model_command(commands, name, help_text, run, compiles=True, details=""):
     if compiles:
         command.add_argument("--cpu-features", default=None,
                              help='restrict CPU features: "sse", "avx2", "-avx512,-fma", ...')
-        command.add_argument("--threads", type=int, default=None,
+        command.add_argument("--threads", type=positive_arg, default=None,
                              help="threads a large kernel may use (default: the cores)")
         command.add_argument("--no-cache", action="store_true",
                              help="compile afresh, without the compile cache")
@@ -157,7 +229,7 @@ def model_command(commands, name, help_text, run, compiles=True, details=""):
 
 def timing_options(command):
     """Add --runs and --seconds (read by :func:`repeat`) to ``command``."""
-    command.add_argument("--runs", type=int, default=0,
+    command.add_argument("--runs", type=count_arg, default=0,
                          help="how many computes to time (default: --seconds' worth)")
-    command.add_argument("--seconds", type=float, default=1.0,
+    command.add_argument("--seconds", type=seconds_arg, default=1.0,
                          help="how long to compute when --runs is not given (default 1)")
