@@ -175,3 +175,22 @@ def test_guide_classifier_from_a_session(digits, tmp_path):
     data.compute()
     assert_close(np.array(data["classifier/y"]), expected)
     assert np.abs(expected).max() > 0.1          # trained: the weights are not zeros
+
+
+def test_unnamed_variables_of_a_function_stay_apart():
+    """TensorFlow names every unnamed variable "Variable:0": two of them are two constants."""
+    scale = tf.Variable(np.full((3,), 1.5, np.float32))
+    shift = tf.Variable(np.full((3,), -2.0, np.float32))
+    function = tf.function(lambda x: x * scale + shift,
+                           input_signature=[tf.TensorSpec([3], tf.float32)])
+    concrete = function.get_concrete_function()
+    assert scale.name == shift.name == "Variable:0"
+    flow = myelin.Flow()
+    myelin.tf.Extractor(concrete, flow).add(flow.func("f"), concrete.inputs[:1],
+                                            concrete.outputs)
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    x = np.float32([1, 2, 3])
+    data["f/x"] = x
+    data.compute()
+    (output,) = data.cell.outputs
+    assert_close(np.asarray(data[output]), x * 1.5 - 2)

@@ -82,7 +82,8 @@ class _Importer:
         self.learnable = learnable
         self.values = {}            # tensor name -> Variable (or Resource)
         self._named = set()         # ids of variables that already stand for a tensor
-        self._globals = {}          # TF variable name -> flow Variable
+        self._globals = {}          # variable or handle node name -> flow Variable (TF
+                                    # variables may share a name: "Variable:0" unless named)
 
     def run(self, inputs, outputs, shapes, batch_size):
         inputs = {name: self._tensor(name, "input") for name in inputs}
@@ -181,12 +182,12 @@ class _Importer:
             raise InputError(f"node {name!r} is a TensorFlow variable whose value is not "
                              f"known: import from a session or function, or freeze the graph")
         given = self.variables[name]
-        var = self._globals.get(given.name)
+        var = self._globals.get(name)
         if var is None:
             var = self.builder.const(given.value, copy=False)
             self.flow.rename_var(var, self.builder.varname(given.name.removesuffix(":0")))
             var.learnable = self.learnable
-            self._globals[given.name] = var
+            self._globals[name] = var
             self._named.add(id(var))
         if dtype is not None and var.dtype != dtype or shape is not None and \
                 None not in shape and tuple(shape) != var.shape:
