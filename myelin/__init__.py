@@ -9,6 +9,8 @@ Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
     ...
 """
 
+import importlib
+
 from myelin.errors import (CompileError, DeviceError, FlowError, FlowFormatError, InputError,
                            MyelinError, ShapeError, UnsupportedOpError, UnsupportedTypeError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
@@ -19,9 +21,16 @@ from myelin.autodiff import gradient
 __version__ = "0.1.0"
 
 
+# Subpackages that `import myelin` gives on first use (`myelin.control.compile(flow)`), so that
+# importing myelin does not load LLVM, ONNX or TensorFlow.
+_LAZY_MODULES = {"control", "cuda", "onnx", "optimize", "tf", "train"}
+
+
 def __getattr__(name):
     # The compiler pulls in LLVM: load it on first use, not on `import myelin`.
     if name == "Compiler":
         from myelin.compiler import Compiler
         return Compiler
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"myelin.{name}")
     raise AttributeError(f"module 'myelin' has no attribute {name!r}")

@@ -33,25 +33,27 @@ from myelin.flow.graph import Variable
 from myelin.train.losses import mean_squared_error, softmax_cross_entropy
 from myelin.train.parameters import initialize
 
-LOSSES = {"cross_entropy": softmax_cross_entropy, "mean_squared_error": mean_squared_error}
+# The losses by name: a Trainer takes one of these functions or its name.
+LOSSES = {"softmax_cross_entropy": softmax_cross_entropy, "cross_entropy": softmax_cross_entropy,
+          "mean_squared_error": mean_squared_error}
 LOSS_FUNCTION = "loss"
 
 
 class Trainer:
     """Trains the model function ``model`` of ``flow`` (a name) from its inputs ``inputs`` (a
-    Variable or name, or a list of them) to its output ``output`` under ``loss`` (one of
-    :data:`LOSSES`: integer class targets of shape [batch] for ``cross_entropy``, targets
-    like the output for ``mean_squared_error``) with ``optimizer`` (an unbuilt
+    Variable or name, or a list of them) to its output ``output`` under ``loss`` (a loss of
+    :mod:`myelin.train.losses` or its name in :data:`LOSSES`: integer class targets of shape
+    [batch] for ``softmax_cross_entropy``, targets like the output for
+    ``mean_squared_error``) with ``optimizer`` (an unbuilt
     :class:`~myelin.train.optimizer.Optimizer`). ``compiler`` compiles the flow (default
     ``Compiler()``); ``seed`` initializes the parameters. Raises FlowError for a flow that
     cannot be trained so (unknown names, a loss function already there, no parameters)."""
 
-    def __init__(self, flow, model, inputs, output, optimizer, loss="cross_entropy",
+    def __init__(self, flow, model, inputs, output, optimizer, loss=softmax_cross_entropy,
                  compiler=None, seed=0):
         if model not in flow.funcs:
             raise FlowError(f"flow has no function named {model}")
-        if loss not in LOSSES:
-            raise FlowError(f"unknown loss {loss!r}; losses: {', '.join(LOSSES)}")
+        loss = _loss(loss)
         if LOSS_FUNCTION in flow.funcs:
             raise FlowError(f"flow already has a function {LOSS_FUNCTION}")
         self.inputs = [_variable(flow, v) for v in (inputs if isinstance(inputs, (list, tuple))
@@ -67,11 +69,11 @@ class Trainer:
         b = Builder(flow, LOSS_FUNCTION)
         predictions = b.var("predictions", self.output.dtype, self.output.shape)
         predictions.ref = True
-        if loss == "cross_entropy":
+        if loss is softmax_cross_entropy:
             targets = b.var("targets", dtypes.DT_INT32, self.output.shape[:1])
         else:
             targets = b.var("targets", self.output.dtype, self.output.shape)
-        self._loss, adjoint = LOSSES[loss](b, predictions, targets)
+        self._loss, adjoint = loss(b, predictions, targets)
         self._targets = targets.name
         optimizer.build(flow)
         self.optimizer = optimizer
@@ -136,3 +138,13 @@ def _variable(flow, key):
     if var is None or var.flow is not flow:
         raise FlowError(f"{getattr(key, 'name', key)} is not a variable of the flow")
     return var
+
+
+def _loss(loss):
+    """The loss function ``loss`` stands for (one of :data:`LOSSES` or its name)."""
+    if isinstance(loss, str) and loss in LOSSES:
+        return LOSSES[loss]
+    if callable(loss) and loss in LOSSES.values():
+        return loss
+    raise FlowError(f"unknown loss {loss!r}; losses: train.softmax_cross_entropy and "
+                    f"train.mean_squared_error, or their names")

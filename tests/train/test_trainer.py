@@ -108,6 +108,17 @@ def test_mean_squared_error_regression():
     np.testing.assert_allclose(trainer.predict(test), test @ true_W, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("loss", [train.softmax_cross_entropy, "softmax_cross_entropy",
+                                  train.mean_squared_error])
+def test_the_loss_is_a_function_of_train_or_its_name(loss):
+    example = _example()
+    flow, x, logits = example.build_mlp(8, [6, 5, 3])
+    trainer = train.Trainer(flow, "mlp", x, logits, train.SGD(0.1), loss=loss)
+    classes = loss is not train.mean_squared_error
+    targets = np.zeros(8, np.int32) if classes else np.zeros((8, 3), np.float32)
+    assert np.isfinite(trainer.step(np.ones((8, 6), np.float32), targets))
+
+
 def test_bad_uses_are_errors():
     example = _example()
     flow, x, logits = example.build_mlp(8, [6, 5, 3])

@@ -54,10 +54,11 @@ class CudaPlan:
 
 def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
          disable_passes=()):
-    """Plan every function of ``flow`` for ``target`` (default: ``CudaTarget()``)."""
+    """Plan every function of ``flow`` for ``target``: a CudaTarget or its architecture's
+    name (``"sm_90"``; default: ``CudaTarget()``, sm_80)."""
     from myelin.compiler import Compiler      # (the driver sits above the back ends)
 
-    target = target or CudaTarget()
+    target = CudaTarget(target) if isinstance(target, str) else target or CudaTarget()
     compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
                         alignment=GPU_ALIGNMENT, disable_passes=disable_passes, threads=1,
                         cache=False, select=kernels.select)
