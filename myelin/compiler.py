@@ -132,9 +132,10 @@ class Compiler:
         arrays = self._place_globals(globals_)
         symbols, counters = self._symbols(planned)
         fields = self._cache_fields(flow, planned) if self.cache else None
-        loaded = self._load_cached(fields, arrays, counters) if fields and not self.dump else None
+        loaded = self._load_cached(fields, globals_, counters) if fields and not self.dump \
+            else None
         self.timings["cache" if loaded else "emit"] = time.perf_counter() - start
-        code, packed = loaded or self._generate(planned, symbols, counters, fields)
+        code, packed = loaded or self._generate(planned, symbols, counters, fields, globals_)
 
         cells = []
         for cell in planned:
@@ -222,9 +223,10 @@ class Compiler:
         return module, externals
 
     # Code generation and the compile cache.
-    def _generate(self, planned, symbols, counters, fields):
-        """Emit and compile the cells' code (stored in the cache under ``fields`` unless None);
-        returns (code, arrays made at compile time)."""
+    def _generate(self, planned, symbols, counters, fields, globals_):
+        """Emit and compile the cells' code (stored in the cache under ``fields`` unless None;
+        ``globals_`` maps each global's name to its placed TensorSpec); returns (code, arrays
+        made at compile time)."""
         start = time.perf_counter()
         module, externals = self._emit_module(planned, symbols, counters, self.target)
         self.timings["emit"] += time.perf_counter() - start
@@ -232,7 +234,8 @@ class Compiler:
         start = time.perf_counter()
         object_bytes, dumps = engine.compile_object(module, self.target, dump=self.dump)
         if fields:
-            self.cache.store(fields, object_bytes, externals.arrays, externals.table(),
+            self.cache.store(fields, object_bytes, externals.arrays,
+                             externals.table(globals_, counters, self.threads),
                              {"cells": list(symbols), "steps": _steps_with_code(planned)})
         code = engine.load_object(object_bytes, self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
@@ -255,18 +258,23 @@ class Compiler:
                   "features": self.target.features}
         return json.loads(json.dumps(fields, default=str))
 
-    def _load_cached(self, fields, arrays, counters):
-        """(code, arrays made at compile time) from the cache entry for ``fields``, or None."""
+    def _load_cached(self, fields, globals_, counters):
+        """(code, arrays made at compile time) from the cache entry for ``fields``, or None
+        (with a warning if the entry does not fit this network: its symbols do not bind to
+        targets of the sizes recorded, or a cell's function is missing)."""
         entry = self.cache.load(fields)
         if entry is None:
             return None
         try:
-            specs = {name: spec for name, (spec, _) in arrays.items()}
-            addresses = rebind(entry.symbols, specs, entry.arrays, counters)
-        except (KeyError, IndexError, TypeError) as error:
-            log.warning("ignoring compile cache entry %s: %s", entry.path, error)
+            addresses = rebind(entry.symbols, globals_, entry.arrays, counters, self.threads)
+            code = engine.load_object(entry.object, self.target, addresses)
+            for symbol in counters:           # the function of every cell
+                code.address(symbol)
+        except (KeyError, CompileError) as error:
+            log.warning("ignoring compile cache entry %s: %s; compiling afresh", entry.path,
+                        error)
             return None
-        return engine.load_object(entry.object, self.target, addresses), entry.arrays
+        return code, entry.arrays
 
     # Planning.
     def _plan_function(self, flow, func, globals_, target):

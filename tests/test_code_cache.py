@@ -1,9 +1,16 @@
 """The compile cache: code compiled once and loaded again, bound to each network's own
 globals, packed weights, profile counters and worker pool; keyed so that any change in flow,
-options or CPU features misses; corrupt and foreign entries ignored and rebuilt."""
+options or CPU features misses; corrupt, foreign and planted entries ignored and rebuilt, in
+a worker process where a mistake could crash (with the cases of ``scripts/fuzz_cache.py``);
+directories others can write not used; entries written durably."""
 
+import io
+import json
 import logging
 import os
+import stat
+import struct
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +18,11 @@ import pytest
 import myelin
 from jitcheck import relative_error
 from myelin import cachefiles
+from myelin.cli import main as cli_main
 from myelin.codegen.llvm.codecache import CodeCache, size_limit
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import fuzz_cache  # noqa: E402
 
 
 def mlp_flow(w1):
@@ -93,17 +104,16 @@ def test_an_entry_for_other_cpu_features_is_not_used(tmp_path, w1, caplog):
     compile_mlp(w1, tmp_path, features="sse")
     (sse_entry,) = entries(tmp_path)
     # The same network for this CPU's features has another key ...
-    compile_mlp(w1, tmp_path / "host")
-    (host_entry,) = entries(tmp_path / "host")
-    assert host_entry != sse_entry
+    compile_mlp(w1, tmp_path)
+    (host_entry,) = set(entries(tmp_path)) - {sse_entry}
     # ... and an SSE entry put in its place is recognized as foreign, ignored and replaced.
-    os.replace(tmp_path / sse_entry, tmp_path / "host" / host_entry)
+    os.replace(tmp_path / sse_entry, tmp_path / host_entry)
     with caplog.at_level(logging.WARNING, logger="myelin.cache"):
-        net, timings = compile_mlp(w1, tmp_path / "host")
+        net, timings = compile_mlp(w1, tmp_path)
     assert "written for another key" in caplog.text
     assert "llvm" in timings
     check(net, w1, rng)
-    _, timings = compile_mlp(w1, tmp_path / "host")
+    _, timings = compile_mlp(w1, tmp_path)
     assert "cache" in timings                  # the rebuilt entry is sound
 
 
@@ -124,7 +134,7 @@ def test_a_damaged_entry_is_ignored_and_rebuilt(tmp_path, w1, caplog, damage):
     path.write_bytes(bytes(content))
     with caplog.at_level(logging.WARNING, logger="myelin.cache"):
         net, timings = compile_mlp(w1, tmp_path)
-    assert "ignoring unreadable compile cache entry" in caplog.text
+    assert "ignoring compile cache entry" in caplog.text
     assert "llvm" in timings
     check(net, w1, rng)
     _, timings = compile_mlp(w1, tmp_path)
@@ -189,3 +199,177 @@ def test_size_limit_and_directories(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "h"))
     assert cachefiles.cache_dir("code") == str(tmp_path / "h" / ".cache" / "myelin" / "code")
     assert len(cachefiles.source_fingerprint()) == 64
+
+
+# Damaged, planted and inconsistent entries, compiled from in a worker process.
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """(cache directory, {network: (entry file, right outputs, entry bytes)}, its secret) of
+    the fuzz script's networks."""
+    directory = str(tmp_path_factory.mktemp("corpus"))
+    made = fuzz_cache.make_corpus(directory)
+    entries = {}
+    for name, (entry, expected) in made.items():
+        with open(os.path.join(directory, entry), "rb") as file:
+            entries[name] = (entry, expected, file.read())
+    with open(os.path.join(directory, cachefiles.SECRET), "rb") as file:
+        return directory, entries, file.read()
+
+
+@pytest.fixture(scope="module")
+def worker(corpus):
+    directory, entries, _ = corpus
+    process = fuzz_cache._Worker(directory, {name: entries[name][:2] for name in entries})
+    yield lambda name, data, model="raw": process.run((0, name, data, model, ""), 120)
+    process.stop()
+
+
+def resigned(data, secret, edit):
+    """Entry ``data`` with ``edit(header)`` applied to its header, signed with ``secret``."""
+    header, rest = fuzz_cache.split(data)
+    edit(header)
+    return fuzz_cache.join(json.dumps(header).encode(), rest, secret)
+
+
+def test_mutated_entries_are_misses_never_crashes(corpus, worker):
+    """30 cases of the fuzz script: every change without the key is a miss; every signed
+    header edit a miss or a hit that computes right, but for a swap of two symbols whose
+    targets have the same size, which nothing in an entry can tell from a sound one."""
+    _, entries, secret = corpus
+    for case in fuzz_cache.make_cases(entries, secret, 30, seed=11):
+        outcome, detail = worker(case[1], case[2], case[3])
+        assert outcome in ("hit", "miss") or (case[3], outcome, case[4]) == (
+            "signed", "wrong", "symbols: swap"), (case[1:], outcome, detail)
+        assert case[3] == "signed" or outcome == "miss", (case[1:], outcome, detail)
+
+
+def test_an_edited_symbol_is_a_miss_not_a_crash(corpus, worker):
+    # Reported: the checksum covered only the payload, and a symbol renamed in the header
+    # made every later compile of the model crash.
+    _, entries, secret = corpus
+    data = entries["mlp"][2]
+
+    def rename(header):
+        header["symbols"][0][0] = "myelin.ext.99"
+
+    kept = bytearray(resigned(data, secret, rename))
+    kept[20:52] = data[20:52]                            # the old signature
+    outcome, detail = worker("mlp", bytes(kept))
+    assert outcome == "miss" and "signature does not match" in detail
+    # Signed with the cache's own key, as a writer's bug would leave it: the code's symbol is
+    # bound by nothing, which LLVM's loader would end the process for.
+    outcome, detail = worker("mlp", resigned(data, secret, rename), "signed")
+    assert outcome == "miss" and "which nothing binds" in detail
+
+    def retarget(header):        # another global of the network, of another size
+        targets = [item for item in header["symbols"] if item[1][0] == "global"]
+        targets[0][1] = targets[1][1]
+
+    outcome, detail = worker("mlp", resigned(data, secret, retarget), "signed")
+    assert outcome == "miss" and "bytes here" in detail
+
+
+def test_corrupt_lengths_are_misses(corpus, worker):
+    # Reported: corrupt length fields raised OverflowError instead of a rebuild.
+    _, entries, secret = corpus
+    data = bytearray(entries["cnn"][2])
+    for length in (2**64 - 1, 2**63, len(data)):
+        struct.pack_into("<Q", data, 12, length)
+        outcome, detail = worker("cnn", bytes(data))
+        assert outcome == "miss" and "header length" in detail, detail
+
+    def huge(header):
+        header["arrays"][0][1] = [2**62, 2**62]
+        header["object"] = 10**400
+
+    outcome, detail = worker("cnn", resigned(entries["cnn"][2], secret, huge), "signed")
+    assert outcome == "miss" and "bad object size" in detail
+
+
+def test_a_planted_entry_is_rejected(corpus, worker):
+    # Reported: an entry planted with a recomputed checksum was executed. Who lacks the
+    # cache's key cannot sign one that is accepted.
+    _, entries, _ = corpus
+    outcome, detail = worker("two", resigned(entries["two"][2], os.urandom(32),
+                                             lambda header: None))
+    assert outcome == "miss" and "signature does not match" in detail
+    outcome, detail = worker("two", entries["math"][2])      # another network's entry
+    assert outcome == "miss" and "written for another key" in detail
+    for special in ("symlink", "fifo", "group-writable"):
+        outcome, detail = worker("two", special)
+        assert outcome == "miss", (special, detail)
+
+
+def test_cache_list_shows_a_malformed_entry_on_one_line(tmp_path, capsys):
+    # Reported: `myelin cache list` printed a traceback for a malformed entry.
+    for name in ("mlp", "cnn"):
+        fuzz_cache.compile_network(name, tmp_path)
+    signed, damaged = sorted(entry for entry in os.listdir(tmp_path) if entry.endswith(".code"))
+    secret = (tmp_path / cachefiles.SECRET).read_bytes()
+
+    def scramble(header):        # what `cache list` shows, of the wrong types
+        header["fields"]["triple"] = 5
+        header["description"] = {"cells": "f", "steps": {}}
+
+    (tmp_path / signed).write_bytes(resigned((tmp_path / signed).read_bytes(), secret,
+                                             scramble))
+    (tmp_path / damaged).write_bytes(b"MYELINC\0" + bytes(100))
+    out = io.StringIO()
+    assert cli_main(["cache", "list", "--dir", str(tmp_path)], out=out) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4
+    assert any(line.startswith(f"  {signed[:12]}") and
+               line.endswith("(not used: its header has a bad key)") for line in lines)
+    assert any(line.startswith(f"  {damaged[:12]}") and
+               line.endswith("(not used: its format is 0, this myelin reads 2)")
+               for line in lines)
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "another owner"])
+def test_a_directory_others_can_write_is_not_used(tmp_path, w1, caplog, monkeypatch, problem):
+    rng = np.random.default_rng()
+    compile_mlp(w1, tmp_path)
+    if problem == "group-writable":
+        os.chmod(tmp_path, 0o770)
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        for _ in range(2):
+            net, timings = compile_mlp(w1, tmp_path)
+            assert "llvm" in timings                     # the entry there is not read ...
+            check(net, w1, rng)
+    assert len(entries(tmp_path)) == 1                   # ... and nothing is written
+    (warning,) = caplog.messages                         # said once
+    assert warning.startswith(f"not using the cache {tmp_path}: it is ") and (
+        "writable by group or others (mode 0770)" if problem == "group-writable"
+        else "owned by user") in warning
+
+
+def test_a_key_others_can_read_is_replaced(tmp_path, w1, caplog):
+    rng = np.random.default_rng()
+    compile_mlp(w1, tmp_path)
+    key = tmp_path / cachefiles.SECRET
+    os.chmod(key, 0o644)
+    old = key.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        net, timings = compile_mlp(w1, tmp_path)
+    assert "llvm" in timings and "signature does not match" in caplog.text
+    assert "replacing the key of the cache" in caplog.text
+    assert key.read_bytes() != old and os.stat(key).st_mode & 0o777 == 0o600
+    check(net, w1, rng)
+    assert "cache" in compile_mlp(w1, tmp_path)[1]      # signed with the new key
+
+
+def test_entries_are_written_durably(tmp_path, monkeypatch):
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda handle: synced.append(os.fstat(handle)) or
+                        fsync(handle))
+    assert cachefiles.write_atomic(str(tmp_path / "d"), "entry", [b"ab", b"cd"])
+    assert (tmp_path / "d" / "entry").read_bytes() == b"abcd"
+    assert os.stat(tmp_path / "d").st_mode & 0o777 == 0o700
+    # The file's data before the rename, then the directory holding the new name.
+    assert [stat.S_ISREG(status.st_mode) for status in synced] == [True, False]
+    assert synced[1].st_ino == os.stat(tmp_path / "d").st_ino
+    assert os.listdir(tmp_path / "d") == ["entry"]      # no temporary file left

@@ -1,4 +1,9 @@
-"""``myelin cache``: list or clear the compile cache (:mod:`myelin.codegen.llvm.codecache`)."""
+"""``myelin cache``: list or clear the compile cache (:mod:`myelin.codegen.llvm.codecache`).
+
+``list`` checks each entry as a compile would and shows, on one line, why one would not be
+used (damaged, not signed with this cache's key, another format): it is rebuilt on its next
+use. A directory that is not trusted is said so (a warning) and its entries listed as not
+used."""
 
 import time
 
@@ -31,9 +36,9 @@ def list_command(args, out):
           f"cells", file=out)
     for info in entries:
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.used))
-        if info.fields is None:
-            print(f"  {info.key[:12]:<12}  {_size(info.size):>9}  {used:<16}  (unreadable: "
-                  f"rebuilt on its next use)", file=out)
+        if info.problem:
+            print(f"  {info.key[:12]:<12}  {_size(info.size):>9}  {used:<16}  (not used: "
+                  f"{info.problem})", file=out)
             continue
         description = info.description or {}
         print(f"  {info.key[:12]:<12}  {_size(info.size):>9}  {used:<16}  "

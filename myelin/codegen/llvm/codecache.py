@@ -8,39 +8,76 @@ flow's content, each step's kernel, variant and options, the compile options, my
 version and source fingerprint, the target triple, CPU name and features, and the llvmlite
 and LLVM versions.
 
-An entry is one file, ``<key>.code``: a magic number and format version, the length of a JSON
-header, the header (the key's fields, the symbol table, where the object and each array lie,
-the payload's size and CRC-32), then the payload, 64-byte aligned. Entries are written
-atomically. One that cannot be read, whose header describes other fields than the key's, or
-whose payload has the wrong size or checksum is ignored (with a warning) and rebuilt; it is
-never loaded blindly. Loading touches the entry's time, and the cache is pruned, least
-recently used entries first, to its size limit.
+An entry is one file, ``<key>.code``: a magic number, the format version, the length of a
+JSON header and an HMAC-SHA256 of the whole file, then the header (the key's fields, the
+object's size, each array's type and shape, the symbol table with the size of what each
+symbol addresses, a description), then the payload, 64-byte aligned: the object, then each
+array, each at the next multiple of 64 bytes. Entries are written atomically and durably,
+and the cache is pruned, least recently used entries first, to its size limit.
+
+What an entry must pass before any of it is used; failing any check is a miss (a warning,
+the code is generated afresh and the entry replaced), never an error:
+
+- the directory is trusted and the file is private to this user (:mod:`myelin.cachefiles`);
+- the file is no larger than the cache's limit, its magic number and format are this
+  myelin's, and its HMAC, keyed by the directory's secret (a file only this user can read),
+  matches: this covers every byte, header included, so damage of any kind (a bit flipped, a
+  truncated or extended file, an edited header) and any entry this user's myelin did not
+  write through this directory (copied from another account or machine, planted by anyone
+  who could once write there) is rejected here, before the header is parsed;
+- the header has exactly the fields the writer gives it, each of its type and range; the
+  object and arrays lie exactly where the writer puts them, filling the payload; the
+  arrays' types are numeric and their shapes non-negative integers; the key's fields are the
+  ones asked for (an entry renamed to another key is rejected);
+- every symbol the object code leaves undefined is bound by the symbol table or found in
+  this process (:mod:`myelin.codegen.llvm.elf`), and, in the compiler, every symbol binds to
+  something of this network of the recorded size
+  (:func:`myelin.codegen.llvm.externals.rebind`) and every cell's function is in the code.
+
+The threat model, honestly: the signature stops other users and stray copies, but not
+someone who runs code as this user (who can read the secret, or edit myelin itself) or as
+root; nothing can, and the object code is machine code that no check short of the signature
+can vouch for. The structural checks make a signed entry that is inconsistent (a writer's
+bug) a miss rather than a crash; they cannot make wrong code, correctly signed, right.
 """
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import logging
+import math
 import os
+import re
 import struct
 import time
-import zlib
 
 import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
 from myelin import __version__, cachefiles
+from myelin.codegen.llvm import elf
 from myelin.runtime.memory import aligned_zeros
 
 log = logging.getLogger("myelin.cache")
 
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"MYELINC\0"
-_PREAMBLE = struct.Struct("<8sIQ")    # magic, format, header length
+_PREAMBLE = struct.Struct("<8sIQ32s")    # magic, format, header length, HMAC-SHA256
+_SIGNED = 20                             # the preamble's bytes before the HMAC (signed)
 _ALIGN = 64
 SUFFIX = ".code"
 DEFAULT_SIZE_LIMIT = 2 << 30          # bytes; $MYELIN_CACHE_SIZE overrides (e.g. "500M")
+
+_HEADER = {"fields", "object", "arrays", "symbols", "description", "created"}
+_MACHINE = ("triple", "cpu", "features")     # fields of every key, shown by `cache list`
+_DTYPES = {np.dtype(name).str for name in ("bool", "int8", "uint8", "int16", "uint16",
+                                            "int32", "uint32", "int64", "uint64", "float16",
+                                            "float32", "float64", "complex64", "complex128")}
+_MAX_DIMS = 32
+_SYMBOL = re.compile(r"myelin\.ext\.[0-9]{1,9}")
+_KINDS = {"global": str, "counters": str, "array": int, "pool": int}   # kind: its "what"
 
 
 @dataclasses.dataclass
@@ -49,7 +86,7 @@ class Entry:
     path: str
     object: bytes
     arrays: list
-    symbols: list         # [(symbol, key)], as in Externals.table()
+    symbols: list         # [(symbol, key, size)], as in Externals.table()
 
 
 @dataclasses.dataclass
@@ -59,8 +96,9 @@ class EntryInfo:
     path: str
     size: int
     used: float           # last use, seconds since the epoch
-    fields: dict          # the key's fields, None if the header cannot be read
+    fields: dict          # the key's fields, None if the entry would not be used
     description: dict     # the cells and number of steps of the network, as stored
+    problem: str = None   # why the entry would not be used (None if it would)
 
 
 def size_limit(text=None):
@@ -72,7 +110,7 @@ def size_limit(text=None):
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
     try:
         return int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):
         log.warning("ignoring MYELIN_CACHE_SIZE=%r: not a size such as 500M", text)
         return DEFAULT_SIZE_LIMIT
 
@@ -102,27 +140,20 @@ class CodeCache:
         return os.path.join(self.directory, key + SUFFIX)
 
     def load(self, fields):
-        """The entry stored under the key of ``fields`` if it is sound and was written for
-        them, else None (a missing entry silently, a bad one with a warning)."""
+        """The entry stored under the key of ``fields`` if it passes every check (see the
+        module) and was written for them, else None: a missing entry silently, a bad one with
+        a warning."""
         path = self.path(self.key(fields))
+        if not cachefiles.trusted(self.directory):
+            return None
         try:
-            with open(path, "rb") as file:
-                header, payload = _read(file)
+            header, entry = self._open(path)
+            if header["fields"] != json.loads(json.dumps(fields)):
+                raise ValueError("it was written for another key")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
-            log.warning("ignoring unreadable compile cache entry %s: %s", path, error)
-            return None
-        if header.get("fields") != json.loads(json.dumps(fields)):
-            log.warning("ignoring compile cache entry %s: written for another key", path)
-            return None
-        try:
-            start, size = header["object"]
-            entry = Entry(path, bytes(payload[start:start + size]),
-                          [_array(payload, *spec) for spec in header["arrays"]],
-                          [(symbol, tuple(key)) for symbol, key in header["symbols"]])
-        except (ValueError, KeyError, TypeError) as error:
-            log.warning("ignoring compile cache entry %s: %s", path, error)
+        except (OSError, ValueError, RecursionError, MemoryError) as error:
+            log.warning("ignoring compile cache entry %s: %s; compiling afresh", path, error)
             return None
         try:
             os.utime(path)                 # recently used: pruned last
@@ -131,71 +162,138 @@ class CodeCache:
         return entry
 
     def store(self, fields, object_bytes, arrays, symbols, description=None):
-        """Write the entry for ``fields`` (atomically), then prune the cache if needed."""
-        layout, offset = [], _aligned(len(object_bytes))
-        pieces = [object_bytes, bytes(offset - len(object_bytes))]
-        for array in arrays:
-            data = np.ascontiguousarray(array)
-            layout.append([data.dtype.str, list(data.shape), offset])
-            end = offset + data.nbytes
-            pieces += [data.reshape(-1).view(np.uint8), bytes(_aligned(end) - end)]
-            offset = _aligned(end)
-        checksum = 0
-        for piece in pieces:
-            checksum = zlib.crc32(piece, checksum)
-        header = json.dumps({"fields": fields, "object": [0, len(object_bytes)],
-                             "arrays": layout, "symbols": symbols, "payload": offset,
-                             "crc32": checksum, "description": description or {},
+        """Write the entry for ``fields`` (atomically, signed), then prune the cache if needed.
+        ``symbols`` is the table of :meth:`Externals.table`. Nothing is written where the
+        entry could not be checked when loaded (an object file that is not ELF)."""
+        try:
+            elf.undefined_symbols(object_bytes)
+        except ValueError as error:
+            log.info("not keeping compiled code in the cache: %s", error)
+            return
+        if not cachefiles.trusted(self.directory, create=True):
+            return
+        secret = cachefiles.secret(self.directory, create=True)
+        if secret is None:
+            return
+        arrays = [np.ascontiguousarray(array) for array in arrays]
+        offsets, size = _layout(len(object_bytes), [array.nbytes for array in arrays])
+        pieces, end = [object_bytes], len(object_bytes)
+        for array, offset in zip(arrays, offsets):
+            pieces += [bytes(offset - end), array.reshape(-1).view(np.uint8)]
+            end = offset + array.nbytes
+        pieces.append(bytes(size - end))
+        header = json.dumps({"fields": fields, "object": len(object_bytes),
+                             "arrays": [[array.dtype.str, list(array.shape)]
+                                        for array in arrays],
+                             "symbols": [[symbol, list(key), nbytes]
+                                         for symbol, key, nbytes in symbols],
+                             "description": description or {},
                              "created": time.time()}).encode()
-        preamble = _PREAMBLE.pack(MAGIC, FORMAT, len(header))
-        head = preamble + header
-        head += bytes(_aligned(len(head)) - len(head))
-        if cachefiles.write_atomic(self.directory, self.key(fields) + SUFFIX, [head] + pieces):
-            self._note_written(len(head) + offset)
+        start = _aligned(_PREAMBLE.size + len(header))
+        body = [header, bytes(start - _PREAMBLE.size - len(header))] + pieces
+        signed = _PREAMBLE.pack(MAGIC, FORMAT, len(header), bytes(32))[:_SIGNED]
+        preamble = _PREAMBLE.pack(MAGIC, FORMAT, len(header), _sign(secret, [signed] + body))
+        if cachefiles.write_atomic(self.directory, self.key(fields) + SUFFIX,
+                                   [preamble] + body):
+            self._note_written(start + size)
 
     def entries(self):
-        """Every entry in the cache, most recently used first."""
+        """Every entry in the cache, most recently used first, checked as :meth:`load` checks
+        it (except for the key it was asked for)."""
+        trusted = cachefiles.trusted(self.directory)
         found = []
-        try:
-            listing = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return []
-        for item in listing:
-            if not item.name.endswith(SUFFIX) or not item.is_file():
-                continue
-            stat = item.stat()
-            try:
-                with open(item.path, "rb") as file:
-                    header = _read_header(file)
-            except (OSError, ValueError, KeyError, TypeError, struct.error):
-                header = {}
-            found.append(EntryInfo(item.name[:-len(SUFFIX)], item.path, stat.st_size,
-                                   stat.st_mtime, header.get("fields"),
-                                   header.get("description")))
+        for path, size, used in self._files():
+            header, problem = {}, None
+            if not trusted:
+                problem = "the directory is not trusted"
+            else:
+                try:
+                    header, _ = self._open(path)
+                except FileNotFoundError:
+                    continue
+                except (OSError, ValueError, RecursionError, MemoryError) as error:
+                    problem = str(error)
+            found.append(EntryInfo(os.path.basename(path)[:-len(SUFFIX)], path, size, used,
+                                   header.get("fields"), header.get("description"), problem))
         return sorted(found, key=lambda info: -info.used)
 
     def clear(self):
         """Remove every entry; returns (entries, bytes) removed."""
-        count = size = 0
-        for info in self.entries():
+        count = total = 0
+        for path, size, _ in self._files():
             try:
-                os.remove(info.path)
-            except FileNotFoundError:
+                os.remove(path)
+            except OSError:
                 continue
-            count, size = count + 1, size + info.size
-        return count, size
+            count, total = count + 1, total + size
+        return count, total
 
     def prune(self):
         """Remove the least recently used entries until the cache fits its limit."""
         total = 0
-        for info in self.entries():
-            total += info.size
+        for path, size, _ in sorted(self._files(), key=lambda file: -file[2]):
+            total += size
             if total > self.limit:
                 try:
-                    os.remove(info.path)
-                except FileNotFoundError:
+                    os.remove(path)
+                except OSError:
                     pass
         self._written = 0
+
+    def _files(self):
+        """(path, size, last use) of each entry file."""
+        try:
+            listing = list(os.scandir(self.directory))
+        except OSError:
+            return []
+        found = []
+        for item in listing:
+            try:
+                if item.name.endswith(SUFFIX) and item.is_file(follow_symlinks=False):
+                    status = item.stat(follow_symlinks=False)
+                    found.append((item.path, status.st_size, status.st_mtime))
+            except OSError:
+                continue
+        return found
+
+    def _open(self, path):
+        """(header, Entry) of the entry file ``path``, every check of the module passed but
+        the key's; OSError or ValueError names the first that fails."""
+        with cachefiles.open_private(path) as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > self.limit:
+                raise ValueError(f"it has {size} bytes, more than the cache's limit")
+            data = aligned_zeros(size, _ALIGN)
+            if file.readinto(memoryview(data)) != size:
+                raise ValueError("it changed while it was read")
+        if size < _PREAMBLE.size:
+            raise ValueError("it is too short to be an entry")
+        magic, version, length, signature = _PREAMBLE.unpack_from(data)
+        if magic != MAGIC:
+            raise ValueError("it is not a myelin compile cache entry")
+        if version != FORMAT:
+            raise ValueError(f"its format is {version}, this myelin reads {FORMAT}")
+        start = _aligned(_PREAMBLE.size + length)
+        if start > size:
+            raise ValueError("its header length runs past its end")
+        secret = cachefiles.secret(self.directory)
+        if secret is None or not hmac.compare_digest(
+                signature, _sign(secret, [data[:_SIGNED], data[_PREAMBLE.size:]])):
+            raise ValueError("its signature does not match this cache's key (it is damaged, "
+                             "or was not written by this user's myelin)")
+        header = json.loads(bytes(data[_PREAMBLE.size:_PREAMBLE.size + length]))
+        payload = data[start:]
+        offsets = _check(header, payload.size)
+        entry = Entry(path, bytes(payload[:header["object"]]),
+                      [_array(payload, dtype, shape, offset)
+                       for (dtype, shape), offset in zip(header["arrays"], offsets)],
+                      [(symbol, tuple(key), nbytes)
+                       for symbol, key, nbytes in header["symbols"]])
+        bound = {symbol for symbol, _, _ in entry.symbols}
+        for name in elf.undefined_symbols(entry.object) - bound:
+            if _SYMBOL.fullmatch(name) or not llvm.address_of_symbol(name):
+                raise ValueError(f"its code uses the symbol {name}, which nothing binds")
+        return header, entry
 
     def _note_written(self, size):
         # Scanning the directory after every write would cost more than small entries: prune
@@ -211,36 +309,76 @@ def _aligned(offset):
     return -(-offset // _ALIGN) * _ALIGN
 
 
-def _read_header(file):
-    magic, version, length = _PREAMBLE.unpack(file.read(_PREAMBLE.size))
-    if magic != MAGIC:
-        raise ValueError("not a myelin compile cache entry")
-    if version != FORMAT:
-        raise ValueError(f"entry format {version}, this myelin reads {FORMAT}")
-    header = json.loads(file.read(length))
-    if not isinstance(header, dict):
-        raise ValueError("bad header")
-    return header
+def _layout(object_size, sizes):
+    """(offset of each array, payload size) for an object of ``object_size`` bytes followed by
+    arrays of ``sizes`` bytes, each aligned."""
+    offsets, end = [], object_size
+    for size in sizes:
+        offsets.append(_aligned(end))
+        end = offsets[-1] + size
+    return offsets, _aligned(end)
 
 
-def _read(file):
-    """(header, payload) of an entry file, the payload in 64-byte aligned memory, its size
-    and CRC-32 checked."""
-    header = _read_header(file)
-    file.seek(_aligned(file.tell()))
-    size = int(header["payload"])
-    payload = aligned_zeros(size, _ALIGN)
-    if file.readinto(memoryview(payload)) != size or file.read(1):
-        raise ValueError("payload has the wrong size (a truncated or damaged entry)")
-    if zlib.crc32(payload) != header["crc32"]:
-        raise ValueError("payload checksum does not match (a damaged entry)")
-    return header, payload
+def _sign(secret, pieces):
+    """The HMAC-SHA256 of the bytes-like ``pieces`` with key ``secret``."""
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    for piece in pieces:
+        mac.update(piece)
+    return mac.digest()
+
+
+def _expect(condition, what):
+    if not condition:
+        raise ValueError(f"its header has a bad {what}")
+
+
+def _count(value):
+    """True if ``value`` is a non-negative JSON integer (not a bool)."""
+    return type(value) is int and value >= 0
+
+
+def _check(header, size):
+    """The offsets of the arrays of ``header``, an entry's whose payload has ``size`` bytes,
+    once every field is checked to have the type and range its writer gives it (ValueError
+    names the first that has not)."""
+    _expect(isinstance(header, dict) and header.keys() == _HEADER, "set of fields")
+    fields, description = header["fields"], header["description"]
+    _expect(isinstance(fields, dict) and all(isinstance(fields.get(name), str)
+                                             for name in _MACHINE), "key")
+    _expect(isinstance(description, dict) and description.keys() <= {"cells", "steps"}
+            and _count(description.get("steps", 0))
+            and isinstance(description.get("cells", []), list)
+            and all(isinstance(cell, str) for cell in description.get("cells", [])),
+            "description")
+    _expect(type(header["created"]) in (int, float), "creation time")
+    _expect(_count(header["object"]) and 0 < header["object"] <= size, "object size")
+    arrays = header["arrays"]
+    _expect(isinstance(arrays, list), "array list")
+    sizes = []
+    for spec in arrays:
+        _expect(isinstance(spec, list) and len(spec) == 2, "array")
+        dtype, shape = spec
+        _expect(isinstance(dtype, str) and dtype in _DTYPES, "array type")
+        _expect(isinstance(shape, list) and len(shape) <= _MAX_DIMS
+                and all(map(_count, shape)), "array shape")
+        sizes.append(math.prod(shape) * np.dtype(dtype).itemsize)
+        _expect(sizes[-1] <= size, "array size")
+    offsets, end = _layout(header["object"], sizes)
+    _expect(end == size, "payload size (the object and arrays do not fill the payload)")
+    symbols = header["symbols"]
+    _expect(isinstance(symbols, list), "symbol table")
+    for item in symbols:
+        _expect(isinstance(item, list) and len(item) == 3, "symbol")
+        symbol, key, nbytes = item
+        _expect(isinstance(symbol, str) and _SYMBOL.fullmatch(symbol), "symbol name")
+        _expect(isinstance(key, list) and len(key) == 2 and isinstance(key[0], str)
+                and type(key[1]) is _KINDS.get(key[0]), "symbol key")
+        _expect(key[0] != "array" or 0 <= key[1] < len(arrays), "array symbol")
+        _expect(_count(nbytes), "symbol size")
+    return offsets
 
 
 def _array(payload, dtype, shape, offset):
     """A view of an array of the payload (it keeps the payload alive)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    if offset % _ALIGN or offset + count * dtype.itemsize > payload.size:
-        raise ValueError("an array lies outside the payload")
-    return np.frombuffer(payload, dtype, count, offset).reshape(shape)
+    count = math.prod(shape)
+    return np.frombuffer(payload, np.dtype(dtype), count, offset).reshape(shape)

@@ -9,7 +9,9 @@ the compile cache keep it.
 
 Each symbol has a key saying what it addresses, which is all a cache entry needs to bind it
 again: ``("global", name)``, ``("array", index)`` (the index-th kept array), ``("counters",
-cell)`` or ``("pool", threads)``.
+cell)`` or ``("pool", threads)``. The table a cache entry keeps (:meth:`Externals.table`) also
+has the size of each target, so that :func:`rebind` refuses a table that would bind code to
+something of another size.
 """
 
 import llvmlite.ir as ir
@@ -56,27 +58,45 @@ class Externals:
             self.arrays.append(array)
         return self.pointer(builder, ("array", index), array.ctypes.data)
 
-    def table(self):
-        """[(symbol, key)] for every symbol: what a cache entry stores to bind them again."""
-        return [(symbol, list(key)) for symbol, key in self._keys.items()]
+    def table(self, globals_, counters, pool_threads):
+        """[(symbol, key, size)] for every symbol, ``size`` the bytes of what it addresses (the
+        arguments are those of :func:`rebind`): what a cache entry stores to bind them
+        again."""
+        return [(symbol, list(key),
+                 _target(key, globals_, self.arrays, counters, pool_threads)[1])
+                for symbol, key in self._keys.items()]
 
 
-def rebind(table, globals_, arrays, counters):
+def rebind(table, globals_, arrays, counters, pool_threads):
     """The addresses in this process of the symbols of ``table`` (from :meth:`Externals.table`
     of code compiled before): ``globals_`` maps a global's name to its TensorSpec (placed),
-    ``arrays`` are the kept arrays in order and ``counters`` maps a cell's function symbol to
-    its profile counters. KeyError names a symbol none of them can bind."""
-    addresses = {}
-    for symbol, (kind, what) in table:
-        if kind == "global":
-            address = globals_[what].address
-        elif kind == "array":
-            address = arrays[what].ctypes.data
-        elif kind == "counters":
-            address = counters[what].ctypes.data
-        elif kind == "pool":
-            address = threads.pool(what).parallel_for_address
-        else:
-            raise KeyError(f"symbol {symbol} addresses an unknown kind {kind!r}")
+    ``arrays`` are the kept arrays in order, ``counters`` maps a cell's function symbol to
+    its profile counters (None without) and ``pool_threads`` is the worker pool's size.
+    KeyError names a symbol none of them can bind, one whose target here has another size
+    than the table says, or a symbol or target that is bound twice."""
+    addresses, targets = {}, set()
+    for symbol, key, size in table:
+        key = tuple(key)
+        address, actual = _target(key, globals_, arrays, counters, pool_threads)
+        if actual != size:
+            raise KeyError(f"symbol {symbol} addresses {key}, which has {actual} bytes here, "
+                           f"not {size}")
+        if symbol in addresses or key in targets:
+            raise KeyError(f"symbol {symbol} or its target {key} is bound twice")
         addresses[symbol] = address
+        targets.add(key)
     return addresses
+
+
+def _target(key, globals_, arrays, counters, pool_threads):
+    """(address, size in bytes) in this process of what ``key`` addresses."""
+    kind, what = key
+    if kind == "global" and what in globals_:
+        return globals_[what].address, globals_[what].size
+    if kind == "array" and 0 <= what < len(arrays):
+        return arrays[what].ctypes.data, arrays[what].nbytes
+    if kind == "counters" and counters.get(what) is not None:
+        return counters[what].ctypes.data, counters[what].nbytes
+    if kind == "pool" and what == pool_threads:
+        return threads.pool(what).parallel_for_address, 0
+    raise KeyError(f"nothing here for the symbol key {key}")
