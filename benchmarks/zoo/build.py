@@ -24,12 +24,12 @@ from zoo import catalog  # noqa: E402
 
 
 def select(models, names=(), match=None, fast=False):
-    """The catalog's models named in ``names`` (all if none), matching ``match``, or in the
-    quick subset; unknown names raise SystemExit."""
+    """The catalog's models named in ``names`` (in that order; all if none), matching
+    ``match``, or in the quick subset; unknown names raise SystemExit."""
     unknown = [name for name in names if name not in models]
     if unknown:
         raise SystemExit(f"unknown zoo models: {', '.join(unknown)}")
-    chosen = [m for m in models.values() if not names or m.name in names]
+    chosen = [models[name] for name in names] if names else list(models.values())
     if match:
         chosen = [m for m in chosen if re.search(match, m.name)]
     if fast:

@@ -136,7 +136,7 @@ class _Progress:
 
 
 def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=True,
-                rounds=15, round_seconds=0.05, compiler_options=None):
+                rounds=10, round_seconds=0.05, compiler_options=None):
     """Check one model (see the module docstring); ``meta`` is its description (inputs by
     kind, precision, base model file). Returns the result dict."""
     import myelin.onnx
@@ -228,7 +228,7 @@ def _classify(result, onnx_path, meta, feeds, got, want, errs, precision):
     """Tell a disagreement's kind from a higher-precision reference (and accept a float16 or
     int8 model that is about as close to it as ONNX Runtime)."""
     try:
-        reference, label = _reference(onnx_path, meta, feeds)
+        reference, label = higher_precision(onnx_path, meta, feeds)
     except Exception as error:                              # noqa: BLE001 - reported
         result["note"] = (f"no reference ({type(error).__name__}: "
                           f"{_first_line(error)[:120]})")
@@ -260,9 +260,10 @@ def _more_zeros(got, want):
         sum(int((np.asarray(w) == 0).sum()) for w in want)
 
 
-def _reference(onnx_path, meta, feeds):
-    """A higher-precision result: the float32 original in ONNX Runtime for a float16 variant,
-    else the imported graph evaluated in float64 by myelin's reference interpreter."""
+def higher_precision(onnx_path, meta, feeds):
+    """A higher-precision result and its label: the float32 original (``meta["base_path"]``)
+    in ONNX Runtime for a float16 variant, else the imported graph evaluated in float64 by
+    myelin's reference interpreter."""
     base = meta.get("base_path")
     if base and meta.get("precision") == "float16":
         session = ort_session(base)
@@ -289,7 +290,7 @@ def _one_thread_clue(result, onnx_path, feeds, want, repeats, options):
         result["one_thread"] = {"error": f"{type(error).__name__}: {_first_line(error)}"}
 
 
-def latency(run_myelin, run_ort, rounds=15, round_seconds=0.05):
+def latency(run_myelin, run_ort, rounds=10, round_seconds=0.05):
     """Median latencies and the median of per-round ratios, myelin over ONNX Runtime, from
     ``rounds`` paired rounds of about ``round_seconds`` each per system; which system goes
     first alternates round by round."""
