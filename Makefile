@@ -1,12 +1,12 @@
 # Quick start: `make demo` runs the demo, `make test` runs the test suite, `make train` the
-# training demo.
+# training demo, `make zoo` builds and checks the model zoo.
 # Each target creates the virtual environment .venv on first use.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo train test bench venv clean
+.PHONY: demo train test bench zoo venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# The model zoo (README, Model zoo): build the models (a failed build is reported, not fatal),
+# then check them all against ONNX Runtime.
+$(VENV)/.zoo-installed: $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[zoo]'
+	touch $@
+
+zoo: $(VENV)/.zoo-installed
+	-$(BIN)/python benchmarks/zoo/build.py
+	$(BIN)/python benchmarks/zoo/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
