@@ -460,3 +460,9 @@ def test_internal_errors_are_one_line_and_a_traceback_with_debug(flow_file, monk
     status, error = fails(capsys, "compile", flow_file, "--debug")
     assert status == 1 and error[0] == "Traceback (most recent call last):"
     assert error[-2] == "myelin compile: internal error: ValueError: a bug"
+
+
+def test_bench_times_at_least_one_run(onnx_file):
+    status, text = run("bench", onnx_file, "--shape", "x=2,8", "--seconds", "1e-9",
+                       "--warmup", "0")
+    assert status == 0 and bench_table(text)["myelin"]["runs"] >= 1

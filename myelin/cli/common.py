@@ -186,11 +186,11 @@ def random_inputs(inputs, rng):
 
 
 def repeat(call, args):
-    """Call ``call`` --runs times (or for --seconds when --runs is 0); returns the seconds each
-    call took."""
+    """Call ``call`` --runs times (or for --seconds when --runs is 0, at least once); returns
+    the seconds each call took."""
     seconds = []
     deadline = time.perf_counter() + args.seconds
-    while len(seconds) < args.runs or (not args.runs and time.perf_counter() < deadline):
+    while len(seconds) < max(args.runs, 1) or (not args.runs and time.perf_counter() < deadline):
         start = time.perf_counter()
         call()
         seconds.append(time.perf_counter() - start)
