@@ -423,7 +423,7 @@ def _serve(connection, corpus_directory, corpus, fingerprint):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-class _Worker:
+class Worker:
     """A worker process and the pipe to it."""
 
     def __init__(self, corpus_directory, corpus):
@@ -481,7 +481,7 @@ def campaign(cases, corpus_directory, corpus, workers, timeout, verbose):
                 if not pending:
                     break
                 case = pending.popleft()
-            worker = worker or _Worker(corpus_directory, corpus)
+            worker = worker or Worker(corpus_directory, corpus)
             outcome, detail = worker.run(case, timeout)
             if outcome in ("crash", "hang"):
                 worker = None

@@ -219,7 +219,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def worker(corpus):
     directory, entries, _ = corpus
-    process = fuzz_cache._Worker(directory, {name: entries[name][:2] for name in entries})
+    process = fuzz_cache.Worker(directory, {name: entries[name][:2] for name in entries})
     yield lambda name, data, model="raw": process.run((0, name, data, model, ""), 120)
     process.stop()
 
