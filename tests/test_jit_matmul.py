@@ -146,3 +146,32 @@ def test_batch_folded_into_rows(threads):
     net = run_and_compare(flow, inputs, 3e-5, threads=threads)
     for name in inputs:
         assert [s.type for s in net.cell(name).steps if not s.noop] == ["FusedMatMul"]
+
+
+@pytest.mark.parametrize("features", ["host", "sse"])
+def test_long_products_sum_k_in_blocks(features):
+    """Products longer than one block of k (256) around the block edges, of every type; a
+    float32 product's rounding error does not grow with k: it stays that of one block."""
+    rng = np.random.default_rng()
+    shapes = [(3, 255, 17), (5, 256, 16), (2, 257, 33), (7, 600, 9), (1, 1025, 40)]
+    for dtype in ("float32", "float64", "int64"):
+        flow = myelin.Flow()
+        for i, (m, k, n) in enumerate(shapes):
+            f = myelin.Builder(flow, f"f{i}")
+            f.matmul(f.var("a", dtype, (m, k)), f.const(random_array(rng, dtype, (k, n), -2, 2)))
+        inputs = {name: {func.ops[0].inputs[0]: random_array(
+            rng, dtype, func.ops[0].inputs[0].shape, -2, 2)} for name, func in flow.funcs.items()}
+        run_and_compare(flow, inputs, TOLERANCE.get(dtype, 0), features,
+                        exact=dtype == "int64")
+    m, k, n = 64, 4096, 64
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (m, k))
+    f.matmul(x, f.const(b.astype(np.float32)), name="y")
+    data = myelin.Compiler(features=features).compile(flow).cell("f").instance()
+    data[x] = a.astype(np.float32)
+    data.compute()
+    want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    rms = np.sqrt(np.mean((np.asarray(data["f/y"]) - want) ** 2) / np.mean(want ** 2))
+    assert rms < 5e-7           # (summed over all of k in one chain: about 1.2e-6)

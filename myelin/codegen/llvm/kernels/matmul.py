@@ -39,6 +39,7 @@ PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
 PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
+K_BLOCK = 256                 # k summed in registers before adding to the tile's running sums
 
 
 def _madd(b, x, y, acc):
@@ -568,24 +569,48 @@ def _tile_function(module, plan, rows, vectors, lanes, stride):
                     for v in range(vectors)]
         return out
 
+    def sums_over(start, end, initial=None):
+        """The tile's sums over k in [start, end) (end - start a multiple of ``split``),
+        added to ``initial`` if given: the split sets summed at the end."""
+        zero = irutil.const(acc_type, 0)
+        with irutil.accumulating_loop(b, start, end, [zero] * (tile * split), split,
+                                      name="k") as loop:
+            values = list(loop.values)
+            for s in range(split):
+                kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
+                values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
+            loop.set_next(values)
+        sets = [loop.results[s * tile:(s + 1) * tile] for s in range(split)]
+        sums = sets[0] if initial is None else [_add(b, x, y) for x, y in zip(initial, sets[0])]
+        for other in sets[1:]:
+            sums = [_add(b, x, y) for x, y in zip(sums, other)]
+        return sums
+
+    def out_at(position):
+        return b.gep(out, [irutil.i64(position)], source_etype=acc_type)
+
     main = plan.k - plan.k % split
-    with irutil.accumulating_loop(b, 0, main, [irutil.const(acc_type, 0)] * (tile * split),
-                                  split, name="k") as loop:
-        values = list(loop.values)
-        for s in range(split):
-            kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
-            values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
-        loop.set_next(values)
-    results = loop.results
-    sums = results[:tile]
-    for s in range(1, split):
-        sums = [_add(b, x, y) for x, y in zip(sums, results[s * tile:(s + 1) * tile])]
+    if main <= K_BLOCK:
+        sums = sums_over(0, main)
+    else:
+        # Blocks of K_BLOCK k, each summed from zero and added to ``out``: rounding errors
+        # grow with the block, not with k (as in MLAS), for the cost of a load and a store
+        # of the tile per block.
+        for position in range(tile):
+            b.store(irutil.const(acc_type, 0), out_at(position))
+        with irutil.for_range(b, 0, main, K_BLOCK, name="kb") as block:
+            end = b.add(block, irutil.i64(K_BLOCK))
+            end = b.select(b.icmp_signed("<", end, irutil.i64(main)), end, irutil.i64(main))
+            previous = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
+            for position, value in enumerate(sums_over(block, end, previous)):
+                b.store(value, out_at(position))
+        sums = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
     if main < plan.k:
         with irutil.accumulating_loop(b, main, plan.k, sums, name="kr") as loop:
             loop.set_next(step(loop.index, loop.values))
         sums = loop.results
     for position, value in enumerate(sums):
-        b.store(value, b.gep(out, [irutil.i64(position)], source_etype=acc_type))
+        b.store(value, out_at(position))
     b.ret_void()
     return function
 
