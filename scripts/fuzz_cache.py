@@ -43,6 +43,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -397,14 +398,13 @@ def _place(path, data):
             os.chown(path, 65534, 65534)
 
 
-def _serve(connection, corpus_directory, corpus, fingerprint):
-    """A worker: a cache directory of its own holding the corpus's secret, then cases until
+def _serve(connection, directory, corpus_directory, corpus, fingerprint):
+    """A worker: its cache ``directory`` made to hold the corpus's secret, then cases until
     told to stop (None). It keys entries with the corpus's source ``fingerprint``, so that
     sources edited while the fuzz runs do not change the keys."""
     from myelin import cachefiles
 
     cachefiles._fingerprint = fingerprint
-    directory = tempfile.mkdtemp(prefix="fuzz-cache-")
     shutil.copy2(os.path.join(corpus_directory, ".key"), directory)
     for entry, _ in corpus.values():       # the sound entries, for links and copies
         shutil.copy2(os.path.join(corpus_directory, entry),
@@ -416,60 +416,65 @@ def _serve(connection, corpus_directory, corpus, fingerprint):
             return
     warnings = _Warnings()
     connection.send("ready")
-    try:
-        while (case := connection.recv()) is not None:
-            connection.send(run_case(directory, corpus, case, warnings))
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    while (case := connection.recv()) is not None:
+        connection.send(run_case(directory, corpus, case, warnings))
 
 
 class Worker:
-    """A worker process and the pipe to it."""
+    """A worker process, the pipe to it and its cache directory (removed when it ends)."""
 
     def __init__(self, corpus_directory, corpus):
         from myelin import cachefiles
 
         context = multiprocessing.get_context("spawn")
         self.connection, child = context.Pipe()
+        self.directory = tempfile.mkdtemp(prefix="fuzz-cache-")
         self.process = context.Process(target=_serve, daemon=True,
-                                       args=(child, corpus_directory, corpus,
+                                       args=(child, self.directory, corpus_directory, corpus,
                                              cachefiles.source_fingerprint()))
         self.process.start()
         child.close()
         answer = self.connection.recv() if self.connection.poll(300) else "no answer"
         if answer != "ready":
+            self._end(kill=True)
             raise RuntimeError(f"a fuzz worker did not start: {answer}")
 
     def run(self, case, timeout):
+        """(outcome, detail) of ``case``; after a crash or a hang the worker is gone."""
         try:
             self.connection.send(case)
             if self.connection.poll(timeout):
                 return self.connection.recv()
-        except (EOFError, OSError):
-            pass
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+            hung = True
+        except (EOFError, OSError):          # the worker is gone
+            hung = False
+        exit_code = self._end(kill=hung)
+        if hung:
             return "hang", f"no answer in {timeout} s"
-        self.process.join()
-        return "crash", f"the worker died (exit code {self.process.exitcode})"
+        return "crash", f"the worker died (exit code {exit_code})"
 
     def stop(self):
         try:
             self.connection.send(None)
         except OSError:
             pass
-        self.process.join(30)
+        self._end(kill=False)
+
+    def _end(self, kill):
+        """Wait for the process (killed if ``kill``, or if it does not end in 30 s), remove
+        its directory; returns its exit code."""
+        if not kill:
+            self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
-            self.process.join()
+        self.process.join()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return self.process.exitcode
 
 
 def campaign(cases, corpus_directory, corpus, workers, timeout, verbose):
     """Run ``cases`` in ``workers`` processes; returns {(model, outcome): count}, {(model,
     reason of a miss): count} and the defects [(case, outcome, detail)]."""
-    import threading
-
     pending = collections.deque(cases)
     counts, reasons, defects = collections.Counter(), collections.Counter(), []
     lock = threading.Lock()
