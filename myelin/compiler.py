@@ -32,6 +32,7 @@ from myelin.plan import memory
 from myelin.plan.assign import fold_assigns
 from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat, Step,
                               TensorSpec)
+from myelin.plan.kernel import EMPTY
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
 
@@ -308,7 +309,7 @@ class Compiler:
         for op in order:
             step = Step(op.name, op.type, [spec_of(v) for v in op.inputs],
                         [spec_of(v) for v in op.outputs], op.attrs, op=op)
-            step.kernel = self.select(step, target)
+            step.kernel = EMPTY if step.empty else self.select(step, target)
             if step.kernel is not None:
                 step.variant = step.kernel.variant(step, target)
                 if step.kernel.view(step) and self._may_view(step, looping):
@@ -360,7 +361,8 @@ class Compiler:
         if not var.dtype:
             raise CompileError(f"variable {var.name} has no data type")
         dtypes.canonical(var.dtype)
-        shape = tuple(max(d, 1) for d in var.shape)  # a dynamic dimension counts as 1
+        # A dynamic dimension (-1) is planned as 1; a dimension of 0 stays (an empty tensor).
+        shape = tuple(1 if d < 0 else d for d in var.shape)
         ref = kind == INPUT and var.ref
         spec = TensorSpec(var.name, dtypes.canonical(var.dtype), shape, kind,
                           aliases=list(var.aliases), is_output=var.is_output,

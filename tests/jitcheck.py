@@ -46,7 +46,7 @@ def relative_error(actual, expected):
     both_nan = np.isnan(actual) & np.isnan(expected)
     same_inf = np.isinf(expected) & (actual == expected)
     mask = ~(both_nan | same_inf)
-    diff = np.linalg.norm((actual - expected)[mask])
+    diff = np.linalg.norm(actual[mask] - expected[mask])
     norm = np.linalg.norm(expected[mask])
     return diff / norm if norm > 0 else diff
 

@@ -95,9 +95,9 @@ def _x_of(op):
     if len(x.shape) < 3:
         raise error(op, f"input {x.name} must have rank 3 or more ([N, C, spatial...]), got "
                         f"shape {list(x.shape)}")
-    if x.shape[1] < 1 or any(d == 0 or d < -1 for d in x.shape):
-        raise error(op, f"input {x.name} of shape {list(x.shape)} needs non-zero sizes and "
-                        f"a known channel count")
+    if x.shape[1] < 1 or x.shape[0] < -1 or any(d == 0 or d < -1 for d in x.shape[2:]):
+        raise error(op, f"input {x.name} of shape {list(x.shape)} needs non-zero spatial sizes "
+                        f"and a known channel count (only the batch may be empty)")
     return x
 
 

@@ -5,11 +5,19 @@ the end); without it the op reduces over every axis. ``keepdims`` (default false
 axes as size 1. ``Count`` counts true values of a bool tensor; its output type is attribute
 ``dtype`` (default float32). ``Mean`` is float only.
 
+Over no elements (an empty axis) a reduction gives its :func:`identity`, as ONNX (opset 18)
+says: 0 for Sum, 1 for Product, the least value of the type for Max (-inf for floats) and the
+greatest for Min; Mean gives NaN (0 / 0). Max and Min propagate NaN, as NumPy.
+
 ``ArgMax``/``ArgMin`` return int32 indices (attribute ``dtype``: int32 or int64), the first one
-on ties (the last with ``select_last_index``, as ONNX). Without ``axis`` they index the
-flattened input and return a scalar (as SLING); with ``axis`` (a single int) they reduce that
-axis, honouring ``keepdims`` (ONNX's defaults, axis 0 and keepdims 1, are set by the importer).
+on ties (the last with ``select_last_index``, as ONNX); a NaN counts as the extremum, as in
+NumPy. Without ``axis`` they index the flattened input and return a scalar (as SLING); with
+``axis`` (a single int) they reduce that axis, honouring ``keepdims`` (ONNX's defaults, axis 0
+and keepdims 1, are set by the importer). Over an empty axis there is no index to give: a
+ShapeError (ONNX Runtime fails at run time).
 """
+
+import math
 
 import numpy as np
 
@@ -29,6 +37,25 @@ def reduced_axes(op, rank):
     if len(set(normalized)) != len(normalized):
         raise error(op, f"axis {axes} names an axis twice")
     return tuple(normalized)
+
+
+def identity(op_type, dtype):
+    """The value reduction ``op_type`` starts from, which it gives over no elements (Mean
+    divides it by a count of 0)."""
+    if op_type in ("Product", "All"):
+        return 1
+    if op_type in ("Sum", "Mean", "Count", "Any"):
+        return 0
+    if dtypes.is_float(dtype):
+        return -math.inf if op_type == "Max" else math.inf
+    info = np.iinfo(dtypes.to_numpy(dtype))
+    return int(info.min if op_type == "Max" else info.max)
+
+
+def mean_scale(count):
+    """What Mean multiplies the sum of ``count`` elements by: 1 / count (NaN for none, as
+    0 / 0)."""
+    return 1.0 / count if count else math.nan
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -51,7 +78,13 @@ def _reduction_infer(domain, out_dtype):
 def _reduction_reference(fn):
     def reference(op, inputs):
         x = inputs[0]
-        return [fn(x, axis=reduced_axes(op, x.ndim), keepdims=attribute(op, "keepdims"))]
+        axes, keepdims = reduced_axes(op, x.ndim), attribute(op, "keepdims")
+        if op.type in ("Max", "Min"):
+            return [fn(x, axis=axes, keepdims=keepdims, initial=identity(op.type, str(x.dtype)))]
+        if op.type == "Mean":
+            count = math.prod(x.shape[a] for a in axes)
+            return [np.sum(x, axis=axes, keepdims=keepdims) * mean_scale(count)]
+        return [fn(x, axis=axes, keepdims=keepdims)]
     return reference
 
 
@@ -84,7 +117,11 @@ def _arg_infer(op):
     dtype = attribute(op, "dtype")
     if dtype not in ("int32", "int64"):
         raise error(op, f"attribute dtype={dtype!r} must be int32 or int64")
-    return [TensorType(dtype, reduced_shape(x.shape, axes, attribute(op, "keepdims")))]
+    shape = reduced_shape(x.shape, axes, attribute(op, "keepdims"))
+    if 0 not in shape and any(x.shape[a] == 0 for a in axes):
+        raise error(op, f"{x.type_string()} {x.name} is empty along axis "
+                        f"{axis if axis is not None else list(axes)}: no index to give")
+    return [TensorType(dtype, shape)]
 
 
 def _arg_reference(fn):
@@ -93,6 +130,9 @@ def _arg_reference(fn):
         keepdims = attribute(op, "keepdims")
         axis = _arg_axis(op, x.ndim)
         dtype = attribute(op, "dtype")
+        if x.size == 0:      # an empty result (over an empty axis, the shape rule refuses)
+            axes = tuple(range(x.ndim)) if axis is None else (axis,)
+            return [np.zeros(reduced_shape(x.shape, axes, keepdims), dtype)]
         if axis is None:
             if attribute(op, "select_last_index"):
                 index = np.asarray(x.size - 1 - fn(x.reshape(-1)[::-1]))

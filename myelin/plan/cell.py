@@ -9,6 +9,7 @@ its chosen kernel. A :class:`Repeat` makes a cell loop over its steps.
 """
 
 import dataclasses
+import math
 
 from myelin.flow import dtypes
 
@@ -42,10 +43,8 @@ class TensorSpec:
 
     @property
     def elements(self):
-        count = 1
-        for d in self.shape:
-            count *= max(d, 1)
-        return count
+        """The number of elements: 0 for an empty tensor (a dimension of 0)."""
+        return math.prod(self.shape)
 
     @property
     def size(self):
@@ -92,8 +91,16 @@ class Step:
     choice: dict = dataclasses.field(default_factory=dict)  # kernel options (tuning)
 
     @property
+    def empty(self):
+        """True if the step has outputs and every one is empty: there is nothing to compute."""
+        return bool(self.outputs) and all(out.elements == 0 for out in self.outputs)
+
+    @property
     def noop(self):
-        """True if the step needs no code: its kernel makes views and its outputs are."""
+        """True if the step needs no code: its outputs are empty, or its kernel makes views
+        and its outputs are."""
+        if self.empty:
+            return True
         return (bool(self.outputs) and all(out.view_of is not None for out in self.outputs)
                 and (self.kernel is None or self.kernel.view(self)))
 

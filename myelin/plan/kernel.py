@@ -5,7 +5,8 @@ step; the first that does is used. The kernel then names itself in dumps (``kern
 ``variant``) and tells the memory planner whether its output is only a view of its input
 (``view``: no code at all) and which inputs an output may overwrite (``inplace``). The CPU's
 kernels (:class:`myelin.codegen.llvm.kernels.base.Kernel`) and the GPU's
-(:class:`myelin.codegen.cuda.kernels.base.CudaKernel`) add how they generate code.
+(:class:`myelin.codegen.cuda.kernels.base.CudaKernel`) add how they generate code. A step whose
+outputs are all empty gets :data:`EMPTY` instead, whichever the back end.
 """
 
 
@@ -31,3 +32,16 @@ class PlannedKernel:
     def inplace(self, step):
         """Indices of inputs whose storage output 0 may reuse when they die at this step."""
         return []
+
+
+class EmptyKernel(PlannedKernel):
+    """The kernel of a step whose outputs are all empty (a dimension of 0): no code at all,
+    on any back end; the step is planned but never emitted (:attr:`Step.noop`)."""
+
+    name = "Empty"
+
+    def variant(self, step, target):
+        return ""
+
+
+EMPTY = EmptyKernel()

@@ -49,7 +49,8 @@ def describe(cell):
         inputs = ", ".join(t.name for t in step.inputs)
         kernel = step.kernel.kernel_name(step)
         variant = f"[{step.variant}]" if step.variant else ""
-        note = "  // view, no code" if step.noop else ""
+        note = ("  // empty, no code" if step.empty else "  // view, no code" if step.noop
+                else "")
         if "expr" in step.attrs:
             note = f"  // {step.attrs['expr']}"      # a fused op's recipe
         lhs = f"{outputs} = " if outputs else ""

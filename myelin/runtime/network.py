@@ -342,11 +342,10 @@ class Instance:
             array = self._bound.get(id(root))
             if array is None:
                 raise InputError(f"reference input {root.name} is not bound")
-            return array.reshape(tuple(max(d, 1) for d in spec.shape))
+            return array.reshape(spec.shape)
         view = self._views.get(index)
         if view is None:
-            dtype = dtypes.to_numpy(spec.dtype)
-            shape = tuple(max(d, 1) for d in spec.shape)
+            dtype, shape = dtypes.to_numpy(spec.dtype), spec.shape
             if root.address is not None:
                 view = self.cell.network.tensor(root.name).numpy().view(dtype).reshape(shape)
             else:

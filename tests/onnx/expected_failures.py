@@ -5,7 +5,6 @@ fails the suite (unexpected success) until it is taken off this list.
 """
 
 TRAINING = "training mode (random dropout, batch statistics): myelin imports for inference"
-EMPTY = "reduction over an empty axis: compiled cells have no zero-size tensors"
 
 EXPECTED_FAILURES = {
     "test_adagrad": "needs Adagrad",
@@ -123,11 +122,6 @@ EXPECTED_FAILURES = {
     "test_optional_has_element_empty_no_input_name_tensor_input": "needs OptionalHasElement",
     "test_optional_has_element_empty_no_input_optional_input": "needs OptionalHasElement",
     "test_optional_has_element_empty_no_input_tensor_input": "needs OptionalHasElement",
-    "test_reduce_log_sum_exp_empty_set": EMPTY,
-    "test_reduce_log_sum_exp_empty_set_expanded": EMPTY,
-    "test_reduce_max_empty_set": EMPTY,
-    "test_reduce_min_empty_set": EMPTY,
-    "test_reduce_prod_empty_set": EMPTY,
     "test_roialign_aligned_false": "needs RoiAlign",
     "test_roialign_aligned_true": "needs RoiAlign",
     "test_roialign_mode_max": "needs RoiAlign",

@@ -118,8 +118,11 @@ def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
     ``lanes`` elements) and returns one value per output, of the same width, in each output's
     compute type. The body is emitted once: the last, partial vector of a row is computed in
     small stack buffers that the loop's final iteration reads and writes instead of the tensor.
-    The unused lanes of the input buffers hold ones, so no lane divides by zero.
+    The unused lanes of the input buffers hold ones, so no lane divides by zero. A shape
+    with a dimension of 0 has no indices: nothing is emitted.
     """
+    if 0 in shape:
+        return
     operands = list(inputs) + list(outputs)
     shape, strides = collapse(tuple(shape), [op.strides for op in operands])
     if not shape:

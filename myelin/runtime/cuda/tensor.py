@@ -22,7 +22,7 @@ class DeviceTensor:
 
     def __init__(self, spec, address, driver, stream, owner):
         self._spec = spec
-        self._shape = tuple(max(d, 1) for d in spec.shape)
+        self._shape = tuple(spec.shape)
         self._dtype = np.dtype(dtypes.to_numpy(spec.dtype))
         self._address = address
         self._driver = driver

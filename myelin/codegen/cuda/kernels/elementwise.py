@@ -6,6 +6,8 @@ loads its element of every input (broadcast inputs by stride 0, over the domain'
 merged where every operand allows), computes the outputs' values in registers and stores them.
 """
 
+import math
+
 from myelin.codegen.cuda import cudatypes, expressions
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               grid_stride, kernel, literal_constant)
@@ -22,9 +24,7 @@ def pointwise(name, step, domain, inputs, outputs, evaluate):
     in_strides = [broadcast_strides(t.shape, domain) for t in inputs]
     out_strides = [contiguous_strides(domain)] * len(outputs)
     shape, strides = collapse(tuple(domain), in_strides + out_strides)
-    units = 1
-    for d in domain:
-        units *= max(d, 1)
+    units = math.prod(domain)
     lines, offsets = coordinates("i", shape, strides, "d")
     body = [grid_stride("i", units)] + ["  " + line for line in lines]
     values = []

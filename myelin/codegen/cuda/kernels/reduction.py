@@ -7,17 +7,19 @@ of the unit into an accumulator, then the warp combines its lanes' accumulators 
 butterfly shuffles (``__shfl_xor_sync``), and in a block each warp's result goes through
 shared memory to the first warp, which combines them. When the reduced axes do not include
 the innermost one, neighbouring threads take neighbouring output elements (one thread each),
-so their loads are coalesced. Folds and identities are the CPU's
-(:mod:`myelin.codegen.llvm.kernels.reduction`): Max and Min propagate NaN like NumPy.
+so their loads are coalesced. Folds are the CPU's
+(:mod:`myelin.codegen.llvm.kernels.reduction`), identities the registry's
+(:func:`myelin.ops.reduction.identity`): Max and Min propagate NaN like NumPy.
 """
 
 from myelin.codegen.cuda import cudatypes, expressions
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               kernel, unit_loop)
 from myelin.codegen.cuda.target import WARP
-from myelin.codegen.llvm.kernels.reduction import FOLDS, identity, reduced_axes
+from myelin.codegen.llvm.kernels.reduction import FOLDS, reduced_axes
 from myelin.codegen.llvm.loops import collapse, contiguous_strides
 from myelin.flow.attributes import Attributes
+from myelin.ops.reduction import identity, mean_scale
 
 
 def unit_threads(length):
@@ -87,7 +89,7 @@ def finish(op_type, dtype, value, count):
     if op_type != "Mean":
         return value
     if cudatypes.is_float(dtype):
-        return f"({value} * {cudatypes.literal(1.0 / count, dtype)})"
+        return f"({value} * {cudatypes.literal(mean_scale(count), dtype)})"
     return f"(({cudatypes.compute(dtype)})({value} / {cudatypes.literal(count, dtype)}))"
 
 

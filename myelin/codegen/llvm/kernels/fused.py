@@ -14,13 +14,13 @@ import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
-from myelin.codegen.llvm.kernels.reduction import combiner, horizontal, identity
+from myelin.codegen.llvm.kernels.reduction import combiner, horizontal
 from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
 from myelin.ops import recipe as recipes
 from myelin.ops import registry
 from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType, first_extra
-from myelin.ops.reduction import reduced_axes
+from myelin.ops.reduction import identity, mean_scale, reduced_axes
 
 DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64")
@@ -244,7 +244,7 @@ class CalculateKernel(Kernel):
         operands = inputs + outputs
         width = loops.vector_width(ctx.target, operands)
         if n < width:
-            width = 1 << (n.bit_length() - 1)   # a narrower vector still helps
+            width = max(1, 1 << n.bit_length() >> 1)   # a narrower vector still helps
         vector_end = n - n % width if width > 1 else 0
         reductions = sorted(plan.reductions.items())
         combines = [combiner(op, dtype) for _, op in reductions]
@@ -285,7 +285,7 @@ class CalculateKernel(Kernel):
                 totals = loop.results
             for (k, op), total in zip(reductions, totals):
                 if op == "Mean":
-                    total = b.fmul(total, irutil.const(acc_type, 1.0 / n))
+                    total = b.fmul(total, irutil.const(acc_type, mean_scale(n)))
                 irutil.store(b, total, out_ptrs[k], dtype, itemsize)
 
         shape, strides = loops.collapse(plan.domain[:-1], [op.strides[:-1] for op in operands])

@@ -6,12 +6,14 @@ vectors; rows along a reduced innermost axis are folded into a vector accumulato
 horizontally and combined once per row. Mean divides by the count at the end.
 """
 
+import math
+
 import llvmlite.ir as ir
-import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
 from myelin.flow.attributes import Attributes
+from myelin.ops.reduction import identity, mean_scale
 
 
 # Each reduction folds values with an op of the element-wise lowering table, so Max and Min
@@ -26,20 +28,6 @@ def combiner(op_type, dtype):
         return elementwise.emit(builder, FOLDS[op_type], [x, y], [dtype, dtype], dtype,
                                 Attributes())
     return combine
-
-
-def identity(op_type, dtype):
-    """The value a reduction starts from (all bits set: the largest unsigned integer)."""
-    if op_type in ("Product", "All"):
-        return 1
-    if op_type in ("Sum", "Mean", "Count", "Any"):
-        return 0
-    if dtype.startswith("float"):
-        return float("-inf") if op_type == "Max" else float("inf")
-    if dtype.startswith("uint"):
-        return 0 if op_type == "Max" else -1
-    info = np.iinfo(dtype)
-    return int(info.min if op_type == "Max" else info.max)
 
 
 def horizontal(builder, vector, combine):
@@ -72,7 +60,7 @@ class ReductionKernel(Kernel):
 
     def supports(self, step, target):
         return (step.type in self.TYPES and len(step.inputs) == 1
-                and step.outputs[0].elements * max(1, self._count(step)) == step.inputs[0].elements)
+                and step.outputs[0].elements * self._count(step) == step.inputs[0].elements)
 
     def kernel_name(self, step):
         return f"{step.type}Reduce"
@@ -82,11 +70,9 @@ class ReductionKernel(Kernel):
 
     @staticmethod
     def _count(step):
+        """How many input elements make one output element (0 over an empty axis)."""
         shape = step.inputs[0].shape
-        count = 1
-        for axis in reduced_axes(step):
-            count *= max(shape[axis], 1)
-        return count
+        return math.prod(shape[axis] for axis in reduced_axes(step))
 
     def emit(self, ctx, step):
         b, target = ctx.builder, ctx.target
@@ -104,7 +90,24 @@ class ReductionKernel(Kernel):
                           lambda bb, values, lanes: [
                               irutil.const(irutil.vector_of(acc_type, lanes), start)])
 
-        # 2. Combine every input element into its output element.
+        # 2. Combine every input element into its output element (an empty input has none).
+        if source.elements:
+            self._combine_input(ctx, source, out, out_strides, combine, start, acc_type)
+
+        # 3. Mean: divide by the number of reduced elements.
+        if step.type == "Mean":
+            count = self._count(step)
+
+            def scale(bb, values, lanes):
+                (x,) = values
+                if irutil.is_float(x.type):
+                    return [bb.fmul(x, irutil.const(x.type, mean_scale(count)))]
+                return [bb.sdiv(x, irutil.const(x.type, count))]
+
+            operand = ctx.operand(out)
+            loops.elementwise(b, target, out.shape, [operand], [operand], scale)
+
+    def _combine_input(self, ctx, source, out, out_strides, combine, start, acc_type):
         src = ctx.operand(source)
         dst = ctx.operand(out, out_strides)
         shape, (src_strides, dst_strides) = loops.collapse(source.shape,
@@ -119,23 +122,11 @@ class ReductionKernel(Kernel):
                 x, acc = values
                 return [combine(bb, acc, irutil.convert(bb, x, source.dtype, out.dtype))]
 
-            loops.elementwise(b, target, shape, [src_op, acc_op], [acc_op], accumulate)
+            loops.elementwise(ctx.builder, ctx.target, shape, [src_op, acc_op], [acc_op],
+                              accumulate)
         else:
             self._emit_inner_reduction(ctx, shape, src, src_strides, dst, dst_strides,
                                        combine, start, acc_type, source.dtype, out.dtype)
-
-        # 3. Mean: divide by the number of reduced elements.
-        if step.type == "Mean":
-            count = self._count(step)
-
-            def scale(bb, values, lanes):
-                (x,) = values
-                if irutil.is_float(x.type):
-                    return [bb.fmul(x, irutil.const(x.type, 1.0 / count))]
-                return [bb.sdiv(x, irutil.const(x.type, count))]
-
-            operand = ctx.operand(out)
-            loops.elementwise(b, target, out.shape, [operand], [operand], scale)
 
     def _emit_inner_reduction(self, ctx, shape, src, src_strides, dst, dst_strides, combine,
                               initial, acc_type, in_dtype, out_dtype):

@@ -80,9 +80,10 @@ def _transpose(ctx):
 @converter("Concat")
 def _concat(ctx):
     axis = _axis(ctx.attr("axis"), ctx.input(0).rank)
-    parts = [var for var in ctx.inputs if 0 not in var.shape] or ctx.inputs[:1]
+    parts = [var for var in ctx.inputs if 0 not in var.shape]
     if len(parts) == 1:
         return parts[0]
+    parts = parts or ctx.inputs      # all empty: an empty result, of the joined shape
     return ctx.op("Concat", parts + [ctx.const(axis, "int32")], {"N": len(parts)})
 
 

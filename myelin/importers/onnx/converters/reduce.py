@@ -39,6 +39,11 @@ def _simple(op_type):
         x = ctx.input(0)
         if x.dtype == "bool" and op_type in _BOOL_REDUCTIONS:
             return _reduced(ctx, _BOOL_REDUCTIONS[op_type], x)
+        axes = _axes(ctx, x)
+        if op_type == "Mean" and axes and 0 in [x.shape[a] for a in axes]:
+            # ONNX leaves the mean of no values undefined; ONNX Runtime gives 0 (myelin's
+            # Mean gives NaN, as NumPy's).
+            return _reduced(ctx, "Sum", x)
         if op_type == "Mean" and not dtypes.is_float(x.dtype):
             return ctx.cast(_reduced(ctx, op_type, ctx.cast(x, "float64")), x.dtype)
         return _reduced(ctx, op_type, x)
