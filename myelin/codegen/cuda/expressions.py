@@ -90,7 +90,7 @@ def _sign(args, types, out, attrs):
 
 def _relu(args, types, out, attrs):
     (x,) = args
-    return f"({x} > {_zero(out)} ? {x} : {_zero(out)})"
+    return f"({x} < {_zero(out)} ? {_zero(out)} : {x})"     # NaN stays NaN
 
 
 def _square(args, types, out, attrs):

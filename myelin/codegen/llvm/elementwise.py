@@ -93,8 +93,11 @@ def _relu(b, args, types, attrs):
     (x,) = args
     zero = _zero(x)
     if _is_float(x):
-        return b.select(b.fcmp_ordered(">", x, zero), x, zero)
-    return b.select(b.icmp_signed(">", x, zero), x, zero)
+        # NaN stays NaN (as NumPy's maximum(x, 0) and ONNX Runtime): only x < 0 becomes 0.
+        return b.select(b.fcmp_ordered("<", x, zero), zero, x)
+    if types[0] in irutil.UNSIGNED:
+        return x
+    return b.select(b.icmp_signed("<", x, zero), zero, x)
 
 
 def _square(b, args, types, attrs):

@@ -5,10 +5,10 @@ A windowed pool computes one output element per thread, neighbouring threads on 
 output positions (coalesced stores): the window's taps inside the input are found by loop
 bounds per axis (:mod:`~.window`, so padding and ceil_mode windows cost nothing), folded into
 a register and finished (divided by the count, or raised to 1/p). The semantics are the CPU's
-(:mod:`myelin.codegen.llvm.kernels.pool`): MaxPool keeps the first maximum (NaN never replaces
-one) and its flat input index, row-major or, with ``storage_order`` 1, column-major over the
-spatial axes; AveragePool divides by the taps inside the input, or with ``count_include_pad``
-by those inside the padded extent. A global pool reduces each plane with 1, 32 or a block of
+(:mod:`myelin.codegen.llvm.kernels.pool`): MaxPool keeps the first maximum (a NaN above any
+number, as NumPy's argmax) and its flat input index, row-major or, with ``storage_order`` 1,
+column-major over the spatial axes; AveragePool divides by the taps inside the input, or with
+``count_include_pad`` by those inside the padded extent. A global pool reduces each plane with 1, 32 or a block of
 threads (chosen by the plane's size as reductions are, :mod:`~.reduction`), combining their
 partial results as a reduction does.
 """
@@ -28,6 +28,8 @@ from myelin.ops import conv as conv_ops
 from myelin.ops.registry import attribute
 
 WINDOWED = ("MaxPool", "AveragePool", "LpPool")
+# A MaxPool tap ``xv`` replaces the maximum so far ``acc``: greater, or the first NaN.
+_GREATER = "xv > acc || (xv != xv && acc == acc)"
 GLOBAL = ("GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool")
 
 
@@ -123,12 +125,12 @@ class PoolKernel(CudaKernel):
         taps = [f"const {ctype} xv = {load};"]
         if step.type == "MaxPool":
             if indices is None:
-                taps.append("if (xv > acc) acc = xv;")
+                taps.append(f"if ({_GREATER}) acc = xv;")
             else:
                 # The tap's offset in the Indices' order, over the same loop variables.
                 _, _, index_offset, _ = window_loops(axes, index_strides)
                 inner.append("int64_t best = -1;     // no tap yet")
-                taps += ["if (xv > acc || best < 0) {", "  acc = xv;",
+                taps += [f"if ({_GREATER} || best < 0) {{", "  acc = xv;",
                          f"  best = nc * {in_plane}LL + "
                          f"{window_start(axes, index_strides)} + {index_offset};", "}"]
         else:

@@ -1,7 +1,8 @@
 """Pooling and local response normalization.
 
 ``PoolKernel`` computes MaxPool (with its Indices output), AveragePool, LpPool and the global
-pools one output element at a time: for each window the taps inside the input are found by
+pools one output element at a time (a NaN in a MaxPool window gives NaN, and its Indices the
+first NaN, as the reference): for each window the taps inside the input are found by
 loop bounds per axis (so padding and ceil_mode windows cost nothing), folded into a scalar
 accumulator, and finished (divided by the count, or raised to 1/p). A 2-D MaxPool (without
 Indices) or AveragePool with row stride 1 or 2 computes the columns whose windows lie inside
@@ -13,9 +14,10 @@ window.
 
 import math
 
-from myelin.codegen.llvm import irutil, loops, mathlib
+from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
 from myelin.codegen.llvm.kernels.conv import (OutlinedKernel, add, ival, mul, nested_loops,
                                               supported_floats, tap_range)
+from myelin.flow.attributes import Attributes
 from myelin.ops import conv as conv_ops
 from myelin.ops.registry import attribute
 
@@ -89,9 +91,11 @@ class PoolKernel(OutlinedKernel):
             def fold(values, x_at, index_at):
                 v = irutil.load(b, irutil.element_ptr(b, xp, dtype, ival(x_at)), dtype)
                 if kind == "MaxPool":
-                    better = b.fcmp_ordered(">", v, values[0])
                     if ip is None:
-                        return [b.select(better, v, values[0])]
+                        return [_maximum(b, values[0], v, dtype)]
+                    # The first greatest tap, a NaN above any number (as NumPy's argmax).
+                    better = b.and_(b.fcmp_unordered(">", v, values[0]),
+                                    b.fcmp_ordered("ord", values[0], values[0]))
                     better = b.or_(better, b.icmp_signed("<", values[1], irutil.i64(0)))
                     return [b.select(better, v, values[0]),
                             b.select(better, ival(index_at), values[1])]
@@ -168,6 +172,11 @@ class PoolKernel(OutlinedKernel):
                         _pool_vector(ctx, step, g, lanes, include_pad, nc, oy, ox)
 
 
+def _maximum(builder, x, y, dtype):
+    """The greater of ``x`` and ``y``, NaN if either is (the lowering of Maximum)."""
+    return elementwise.emit(builder, "Maximum", [x, y], [dtype, dtype], dtype, Attributes())
+
+
 def _vector_columns(g, lanes):
     """The output columns [first, last) of a 2-D pool (strides 1 or 2 along the row) whose
     windows lie inside the input row far enough from its end that each tap row of ``lanes``
@@ -210,8 +219,7 @@ def _pool_vector(ctx, step, g, lanes, include_pad, nc, oy, ox):
             value = irutil.load(b, at, dtype, sw * lanes)
             if sw > 1:
                 value = irutil.every_nth(b, value, sw, lanes)
-            total = (b.select(b.fcmp_ordered(">", value, total), value, total) if maximum
-                     else b.fadd(total, value))
+            total = _maximum(b, total, value, dtype) if maximum else b.fadd(total, value)
         loop.set_next([total])
     total = loop.results[0]
     if not maximum:
