@@ -92,6 +92,7 @@ def test_errors_are_one_line_with_a_hint(onnx_file, tmp_path, capsys):
     ("bench", ["--cpu-features", "--runs", "--seconds", "--warmup", "--onnxruntime"]),
     ("graph", ["--cpu-features", "--output"]),
     ("convert", ["--optimize", "--version"]),
+    ("compare", ["--input", "--random", "--rtol", "--atol", "--ort-unoptimized", "--all"]),
 ])
 def test_help_of_each_command(command, options):
     result = subprocess.run([sys.executable, "-m", "myelin.cli", command, "--help"],
@@ -466,3 +467,19 @@ def test_bench_times_at_least_one_run(onnx_file):
     status, text = run("bench", onnx_file, "--shape", "x=2,8", "--seconds", "1e-9",
                        "--warmup", "0")
     assert status == 0 and bench_table(text)["myelin"]["runs"] >= 1
+
+
+def test_compare_names_the_first_wrong_value(onnx_file, monkeypatch):
+    status, text = run("compare", onnx_file, "--shape", "x=4,8", "--random")
+    assert status == 0 and "every value agrees with ONNX Runtime" in text
+    assert "Relu" not in text                    # only wrong values are listed by default
+    status, text = run("compare", onnx_file, "--shape", "x=4,8", "--random", "--all")
+    assert status == 0 and "MatMul" in text and "Relu" in text
+    from myelin.importers.onnx import compare, model
+
+    class Faulty(model.OnnxModel):
+        def run(self, feeds):
+            return [r if n != "h" else r + 1 for n, r in zip(self.output_names, super().run(feeds))]
+    monkeypatch.setattr(compare, "OnnxModel", Faulty)
+    status, text = run("compare", onnx_file, "--shape", "x=4,8", "--random")
+    assert status == 3 and "first wrong: h of node h (MatMul)" in text

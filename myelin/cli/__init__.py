@@ -10,13 +10,15 @@ computes on random inputs and prints the per-step table of :mod:`myelin.runtime.
 prints or saves them; ``myelin bench MODEL`` prints latency percentiles and throughput, next to
 ONNX Runtime's on request; ``myelin graph MODEL -o OUT`` draws the flow before and after
 optimizing (DOT, SVG or HTML); ``myelin convert MODEL OUT.flow`` writes the flow of a model as
-a .flow file; ``myelin cache list|clear`` shows or empties the compile cache. MODEL is a
+a .flow file; ``myelin compare MODEL`` names the first node of an ONNX model whose value
+differs from ONNX Runtime's (exit status 3 when one does); ``myelin cache list|clear``
+shows or empties the compile cache. MODEL is a
 ``.onnx`` file or a SLING ``.flow`` file. Errors are one line and a hint on stderr with exit
 status 1, internal errors (bugs in myelin) too; ``--debug`` shows the traceback. A compile that
 takes a while shows a progress bar on a terminal.
 
 Each sub-command is a module ``cmd_<name>`` with its ``add(commands)``; :mod:`.common` holds
-what they share.
+what they share, :mod:`.values` the inputs given on the command line.
 """
 
 import argparse
@@ -25,7 +27,8 @@ import os
 import sys
 import traceback
 
-from myelin.cli import cmd_bench, cmd_cache, cmd_compile, cmd_convert, cmd_graph, cmd_run
+from myelin.cli import (cmd_bench, cmd_cache, cmd_compare, cmd_compile, cmd_convert, cmd_graph,
+                        cmd_run)
 from myelin.cli.common import UsageError
 from myelin.cli.progress import ProgressBar
 from myelin.errors import MyelinError
@@ -42,7 +45,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser():
     parser = _Parser(prog="myelin", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (cmd_compile, cmd_run, cmd_bench, cmd_graph, cmd_convert, cmd_cache):
+    for module in (cmd_compile, cmd_run, cmd_bench, cmd_compare, cmd_graph, cmd_convert,
+                   cmd_cache):
         module.add(commands)
     return parser
 
@@ -75,7 +79,7 @@ def main(argv=None, out=None):
         args.progress_bar = ProgressBar(sys.stderr)
     try:
         with args.progress_bar or contextlib.nullcontext():
-            args.run(args, out)
+            status = args.run(args, out)
         out.flush()
     except BrokenPipeError:
         # The reader went away (myelin ... | head): stop quietly, as if killed by SIGPIPE.
@@ -95,4 +99,4 @@ def main(argv=None, out=None):
               f"  hint: this is a bug in myelin; run with --debug for the traceback and "
               f"report it", file=sys.stderr)
         return 1
-    return 0
+    return status or 0

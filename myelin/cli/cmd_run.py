@@ -1,60 +1,17 @@
 """``myelin run``: compute a model's outputs for inputs read from .npy files (or random ones)
 and print or save them."""
 
-import argparse
 import contextlib
 import os
 import re
 
 import numpy as np
 
-from myelin.cli.common import (UsageError, cell_inputs, compile_model, count_arg, inputs_text,
-                               load_onnx, model_command, random_inputs, type_text)
+from myelin.cli import values
+from myelin.cli.common import (UsageError, cell_inputs, compile_model, inputs_text, load_onnx,
+                               model_command, type_text)
 from myelin.errors import InputError
 from myelin.flow import dtypes
-
-
-def _input(text):
-    """``name=file.npy`` as (name, path)."""
-    name, _, path = text.partition("=")
-    if not name or not path:
-        raise argparse.ArgumentTypeError(f"not NAME=FILE.npy: {text!r}")
-    return name, path
-
-
-def _read_input(name, path):
-    hint = "give a .npy file of the input's value (numpy.save writes them)"
-    try:
-        value = np.load(path, allow_pickle=False)
-    except OSError as error:
-        raise UsageError(f"cannot read {path} for input {name}: {error.strerror or error}",
-                         hint) from None
-    except ValueError:
-        raise UsageError(f"{path} (input {name}) is not a .npy file", hint) from None
-    if not isinstance(value, np.ndarray):
-        value.close()
-        raise UsageError(f"{path} (input {name}) is a .npz archive, not a .npy file", hint)
-    return value
-
-
-def _feeds(inputs, args):
-    """The value of each of ``inputs``: the arrays of --input, random ones for the rest with
-    --random."""
-    hint = f"the model's inputs are {inputs_text(inputs)}"
-    names = [name for name, _ in args.input]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise UsageError(f"--input gives {', '.join(twice)} more than once", hint)
-    given = {name: _read_input(name, path) for name, path in args.input}
-    unknown = sorted(set(given) - {name for name, _, _ in inputs})
-    if unknown:
-        raise UsageError(f"the model has no input {', '.join(unknown)}", hint)
-    missing = [spec for spec in inputs if spec[0] not in given]
-    if missing and not args.random:
-        names = ", ".join(name for name, _, _ in missing)
-        raise UsageError(f"no value for input {names}",
-                         f"{hint}: give --input NAME=FILE.npy for each, or --random")
-    return {**random_inputs(missing, np.random.default_rng(args.seed)), **given}
 
 
 def _file_name(name, taken):
@@ -96,12 +53,12 @@ def _outputs(args):
     """The outputs of ``args.model`` by name, computed on --input values (and --random ones)."""
     if args.model.endswith(".onnx"):
         model, inputs = load_onnx(args)
-        feeds = _feeds(inputs, args)
+        feeds = values.feeds(inputs, args)
         with _listing_inputs(inputs):
             return dict(zip(model.output_names, model.run(feeds)))
     network, _ = compile_model(args)
     inputs = [spec for cell in network.cells for spec in cell_inputs(cell)]
-    feeds = _feeds(inputs, args)
+    feeds = values.feeds(inputs, args)
     with _listing_inputs(inputs):
         return _compute_cells(network, feeds)
 
@@ -127,14 +84,7 @@ def add(commands):
     command = model_command(commands, "run", "compile a model, compute its outputs for the "
                                              "given inputs and print them (or save them as "
                                              ".npy files)", run_command)
-    command.add_argument("--input", type=_input, action="append", default=[],
-                         metavar="NAME=FILE.npy",
-                         help="the value of an input, a .npy file (for an ONNX input with "
-                              "dynamic dimensions, its shape is the input's); repeatable")
-    command.add_argument("--random", action="store_true",
-                         help="fill the inputs not given with --input with random values")
-    command.add_argument("--seed", type=count_arg, default=0,
-                         help="seed of the random inputs (default 0)")
+    values.add_arguments(command)
     command.add_argument("--output-dir", metavar="DIR",
                          help="save each output as DIR/NAME.npy (characters other than "
                               "letters, digits, '.', '-' and '_' become '_') instead of "

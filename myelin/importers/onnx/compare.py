@@ -56,11 +56,10 @@ class Report:
     values: list
 
     def __str__(self):
-        lines = [f"{'node':40} {'op':20} {'value':40} {'error':>9} {'wrong':>7}"]
+        lines = [f"{'op':20} {'error':>9} {'wrong':>9}  value"]
         for v in self.values:
-            mark = " <- first wrong" if v is self.first else ""
-            lines.append(f"{v.node[:40]:40} {v.op_type[:20]:20} {v.value[:40]:40} "
-                         f"{v.error:9.3g} {v.mismatched:7d}{mark}")
+            mark = "  <- first wrong" if v is self.first else ""
+            lines.append(f"{v.op_type[:20]:20} {v.error:9.3g} {v.mismatched:9d}  {v.value}{mark}")
         if self.first is None:
             lines.append("every value agrees with ONNX Runtime")
         else:
@@ -96,10 +95,14 @@ def compare_values(got, want, rtol, atol):
     return float(ratio.max()), int((ratio > 1).sum()), float(difference.max())
 
 
-def localize(model, feeds, rtol=1e-4, atol=1e-5, base_dir=None, **options):
+def localize(model, feeds, rtol=1e-4, atol=1e-5, base_dir=None, ort_optimizations=True,
+             **options):
     """The :class:`Report` of ``model`` (a path, bytes or ModelProto) on ``feeds`` (input
     name -> array); ``options`` go to :class:`~myelin.importers.onnx.model.OnnxModel`.
-    Needs ONNX Runtime."""
+    ``ort_optimizations=False`` runs ONNX Runtime without its graph optimizations, each
+    node as the ONNX spec computes it: its fused int8 kernels (QDQ groups run as QLinearConv
+    and the like) requantize in their own arithmetic, which differs from the spec's by a
+    quantization step in some elements. Needs ONNX Runtime."""
     try:
         import onnxruntime
     except ImportError:
@@ -109,9 +112,14 @@ def localize(model, feeds, rtol=1e-4, atol=1e-5, base_dir=None, **options):
     if not nodes:
         raise InputError("the model's graph has no nodes to compare")
 
+    session_options = onnxruntime.SessionOptions()
+    if not ort_optimizations:
+        session_options.graph_optimization_level = \
+            onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+
     def ort_values(m, names):
         try:
-            session = onnxruntime.InferenceSession(m.SerializeToString(),
+            session = onnxruntime.InferenceSession(m.SerializeToString(), session_options,
                                                    providers=["CPUExecutionProvider"])
             return dict(zip(names, session.run(names, feeds)))
         except Exception as error:   # ONNX Runtime raises its own types
