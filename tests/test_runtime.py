@@ -57,6 +57,20 @@ def test_tensor_views_are_zero_copy_and_writeable():
     np.testing.assert_allclose(out, numpy_guide(view, W, b), rtol=1e-5, atol=1e-7)
 
 
+def test_tensor_element_access_errors_are_input_errors():
+    flow, x, *_ = guide_flow(np.random.default_rng())
+    tensor = myelin.Compiler().compile(flow).cell("f").instance()[x]
+    rows = list(tensor)
+    assert len(rows) == 1 and rows[0].shape == (64,)
+    for index in [(0, 64), (1, 0), (0, 0, 0), "a", 1.5]:
+        with pytest.raises(myelin.InputError, match="tensor f/x of shape"):
+            tensor[index]
+    for index, value in [((0, 64), 1.0), ((0, 0), "a"), ((0, slice(None)), [1, 2]),
+                         ((0, 0), [[1, 2]])]:
+        with pytest.raises(myelin.InputError, match="cannot set"):
+            tensor[index] = value
+
+
 def test_lookup_by_name_index_and_variable():
     flow, x, y, W, b = guide_flow(np.random.default_rng())
     cell = myelin.Compiler().compile(flow).cell("f")

@@ -59,12 +59,28 @@ class Tensor:
     def __len__(self):
         return len(self._array) if self._array.ndim else 1
 
+    def __iter__(self):
+        """The rows (elements of a vector; the one value of a scalar)."""
+        if not self._array.ndim:
+            yield self._array.item()
+            return
+        for index in range(len(self._array)):
+            yield self[index]
+
     def __getitem__(self, index):
-        value = self._array[index]
+        try:
+            value = self._array[index]
+        except (IndexError, TypeError, ValueError) as error:
+            raise InputError(f"tensor {self._name} of shape {self.shape()}: index {index!r}: "
+                             f"{error}") from None
         return value.item() if isinstance(value, np.generic) else value
 
     def __setitem__(self, index, value):
-        self._array[index] = value
+        try:
+            self._array[index] = value
+        except (IndexError, TypeError, ValueError, OverflowError) as error:
+            raise InputError(f"tensor {self._name} of shape {self.shape()}: cannot set "
+                             f"{index!r} to the value given: {error}") from None
 
     def __repr__(self):
         return f"Tensor({self._name}: {self.type()}{self.shape()})"
