@@ -21,30 +21,51 @@ entry that was not written by this user's myelin through this directory (copied 
 another machine or account, planted while the directory was open to others, or damaged) is
 rejected before anything in it is used.
 
+Every cache's entry has the same frame (:func:`write_signed`, :func:`read_signed`): a magic
+number naming the cache, its format version, the length of a JSON header and the HMAC of
+every other byte of the file, then the header, then a payload (if any) at the next multiple
+of 64 bytes. A reader checks the file, the magic number, the format, the lengths and the
+HMAC before it parses the header; a cache then checks the header's fields itself.
+
 Entries are written atomically and durably (:func:`write_atomic`): into a temporary file of
-the same directory, flushed to disk, renamed over the entry, and the directory flushed; a
-reader sees a whole entry or none, even with several processes writing at once or after a
-power failure. :func:`source_fingerprint` identifies this copy of myelin's code, for keys of
-entries that its code generation decides.
+the same directory (``.<name>.<random>.tmp``), flushed to disk, renamed over the entry, and
+the directory flushed; a reader sees a whole entry or none, even with several processes
+writing at once or after a power failure. A writer killed before the rename leaves its
+temporary file: those older than :data:`STALE_SECONDS` are removed
+(:func:`remove_stale_temporaries`) on a process's first write into a directory and when the
+compile cache is pruned; younger ones may belong to a writer still at work.
+:func:`source_fingerprint` identifies this copy of myelin's code, for keys of entries that
+its code generation decides.
 """
 
 import hashlib
+import hmac
 import logging
 import os
 import stat
+import struct
 import tempfile
+import time
+
+from myelin.runtime.memory import aligned_zeros
 
 log = logging.getLogger("myelin.cache")
 
 SECRET = ".key"
 _SECRET_SIZE = 32
+PREAMBLE = struct.Struct("<8sIQ32s")     # magic, format, header length, HMAC-SHA256
+SIGNED = 20                              # the preamble's bytes before the HMAC (signed)
+ALIGN = 64                               # a payload starts at a multiple of this
+TEMPORARY = ".tmp"                       # the suffix of a writer's temporary file
+STALE_SECONDS = 600                      # a temporary file this old is a killed writer's
 
 _fingerprint = None
 _warned = set()       # directories whose trouble has been reported
+_swept = set()        # directories whose stale temporary files this process has removed
 
 
 def cache_dir(kind):
-    """The default directory of the cache ``kind`` ("code", "tuning")."""
+    """The default directory of the cache ``kind`` ("code", "cuda", "tuning")."""
     root = os.environ.get("MYELIN_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
@@ -122,7 +143,7 @@ def secret(directory, create=False):
         log.warning("replacing the key of the cache %s: %s", directory, problem)
     temporary = None
     try:
-        handle, temporary = tempfile.mkstemp(".tmp", SECRET + ".", directory)
+        handle, temporary = tempfile.mkstemp(TEMPORARY, SECRET + ".", directory)
         with os.fdopen(handle, "wb") as file:
             file.write(os.urandom(_SECRET_SIZE))
             _flush(file)
@@ -143,14 +164,78 @@ def secret(directory, create=False):
     return secret(directory)
 
 
+def write_signed(directory, name, magic, version, header, payload=()):
+    """Write an entry ``directory/name`` of the cache whose entries begin with ``magic`` (8
+    bytes) in format ``version``: the JSON ``header`` (bytes) and the bytes-like ``payload``
+    pieces, signed with the directory's secret, atomically and durably. Returns the entry's
+    size in bytes, or None (logged) when the directory is not trusted, has no secret or
+    cannot be written."""
+    if not trusted(directory, create=True):
+        return None
+    key = secret(directory, create=True)
+    if key is None:
+        return None
+    start = aligned(PREAMBLE.size + len(header))
+    body = [header, bytes(start - PREAMBLE.size - len(header)), *payload]
+    signed = PREAMBLE.pack(magic, version, len(header), bytes(32))[:SIGNED]
+    preamble = PREAMBLE.pack(magic, version, len(header), sign(key, [signed] + body))
+    if not write_atomic(directory, name, [preamble] + body):
+        return None
+    return start + sum(memoryview(piece).nbytes for piece in payload)
+
+
+def read_signed(directory, path, magic, version, limit):
+    """(header, payload) of the entry file ``path`` of the cache ``directory`` (trusted),
+    written by :func:`write_signed` with ``magic`` and ``version``: the header's bytes and the
+    payload as a uint8 array whose data is 64-byte aligned. The file must be private to this
+    user (:func:`open_private`), at most ``limit`` bytes long, of this magic number and
+    format, and signed with the directory's secret, over every byte; OSError or ValueError
+    (FileNotFoundError for a missing file) names the first check that fails."""
+    with open_private(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise ValueError(f"it has {size} bytes, more than the cache's limit")
+        data = aligned_zeros(size, ALIGN)
+        if file.readinto(memoryview(data)) != size:
+            raise ValueError("it changed while it was read")
+    if size < PREAMBLE.size:
+        raise ValueError("it is too short to be an entry")
+    found, format_, length, signature = PREAMBLE.unpack_from(data)
+    if found != magic:
+        raise ValueError(f"it is not an entry of this cache (magic number {found!r})")
+    if format_ != version:
+        raise ValueError(f"its format is {format_}, this myelin reads {version}")
+    start = aligned(PREAMBLE.size + length)
+    if start > size:
+        raise ValueError("its header length runs past its end")
+    key = secret(directory)
+    if key is None or not hmac.compare_digest(
+            signature, sign(key, [data[:SIGNED], data[PREAMBLE.size:]])):
+        raise ValueError("its signature does not match this cache's key (it is damaged, "
+                         "or was not written by this user's myelin)")
+    return bytes(data[PREAMBLE.size:PREAMBLE.size + length]), data[start:]
+
+
+def sign(key, pieces):
+    """The HMAC-SHA256 of the bytes-like ``pieces`` with ``key``."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for piece in pieces:
+        mac.update(piece)
+    return mac.digest()
+
+
 def write_atomic(directory, name, pieces):
     """Write the bytes-like ``pieces`` as ``directory/name``, atomically and durably; returns
-    False (and logs why) when the directory is not trusted or cannot be written."""
+    False (and logs why) when the directory is not trusted or cannot be written. The first
+    write of this process into ``directory`` removes its stale temporary files."""
     if not trusted(directory, create=True):
         return False
+    if directory not in _swept:
+        _swept.add(directory)
+        remove_stale_temporaries(directory)
     temporary = None
     try:
-        handle, temporary = tempfile.mkstemp(".tmp", f".{name}.", directory)
+        handle, temporary = tempfile.mkstemp(TEMPORARY, f".{name}.", directory)
         with os.fdopen(handle, "wb") as file:
             for piece in pieces:
                 file.write(piece)
@@ -165,6 +250,29 @@ def write_atomic(directory, name, pieces):
     finally:
         if temporary is not None and os.path.lexists(temporary):
             os.remove(temporary)
+
+
+def remove_stale_temporaries(directory, age=STALE_SECONDS):
+    """Remove the temporary files (``.<name>.<random>.tmp``) that writers left in the cache
+    ``directory`` (trusted) more than ``age`` seconds ago: they were killed before renaming
+    them; a younger one may be being written. Returns how many were removed."""
+    if not trusted(directory):
+        return 0
+    try:
+        listing = list(os.scandir(directory))
+    except OSError:
+        return 0
+    removed, now = 0, time.time()
+    for item in listing:
+        try:
+            if (item.name.startswith(".") and item.name.endswith(TEMPORARY)
+                    and item.is_file(follow_symlinks=False)
+                    and now - item.stat(follow_symlinks=False).st_mtime > age):
+                os.remove(item.path)
+                removed += 1
+        except OSError:          # (removed by another process meanwhile)
+            continue
+    return removed
 
 
 def source_fingerprint():
@@ -184,6 +292,11 @@ def source_fingerprint():
                         digest.update(file.read())
         _fingerprint = digest.hexdigest()
     return _fingerprint
+
+
+def aligned(offset):
+    """``offset`` rounded up to a multiple of :data:`ALIGN`."""
+    return -(-offset // ALIGN) * ALIGN
 
 
 def _flush(file):

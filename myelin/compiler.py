@@ -153,8 +153,8 @@ class Compiler:
         without running it: returns the assembly text, or the bytes of an object file.
 
         Each function of the flow becomes ``i32 cell_<name>_<n>(ptr instance)``; the globals,
-        packed weights and worker pool the code uses are undefined symbols ``myelin.ext.N``
-        (see :mod:`myelin.codegen.llvm.externals`)."""
+        packed weights and worker pool the code uses are undefined symbols, ``myelin.ext.``
+        and a digest of what each addresses (see :mod:`myelin.codegen.llvm.externals`)."""
         self.timings = {}
         target = targets.cross(triple, cpu, features)
         flow, planned, globals_ = self.prepare(flow, target)

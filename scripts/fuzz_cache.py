@@ -1,4 +1,6 @@
-"""Fuzz the compile cache: real entries mutated, then compiled from, in worker processes.
+"""Fuzz the compile cache: real entries mutated, then compiled from, in worker processes
+(``scripts/fuzz_caches.py`` does the same for the CUDA module and tuning caches, with the
+mutations of this script).
 
     python scripts/fuzz_cache.py                       # 1,200 cases, 2 workers
     python scripts/fuzz_cache.py --cases 300 --seed 5  # another sample
@@ -15,11 +17,11 @@ Mutations come in two models (:mod:`myelin.codegen.llvm.codecache` says what eac
 for). "raw": what anyone without the cache's key can do: flip bits, overwrite byte runs,
 truncate or extend the file, set the preamble's length, format and magic fields (huge,
 negative as unsigned, off by one), edit the header's JSON (symbols, sizes, shapes, types,
-huge and negative numbers) and leave the signature, or sign the edit with another key (a
-planted entry), put another network's entry in its place, or put a link, a FIFO, a
-directory, an empty or group-writable file, or (as root) a file of another user there.
-Every raw case must be a miss. "signed": header edits signed with the cache's own key, as
-a writer's bug would make them; they must be a miss, or a hit that computes right.
+huge and negative numbers) and leave the signature, zero it (an unsigned entry) or sign the
+edit with another key (a planted entry), put another network's entry in its place, or put a
+link, a FIFO, a directory, an empty or group-writable file, or (as root) a file of another
+user there. Every raw case must be a miss. "signed": header edits signed with the cache's own
+key, as a writer's bug would make them; they must be a miss, or a hit that computes right.
 
 Outcomes: ``hit`` (the entry was used), ``miss`` (it was rejected with a warning, the code
 compiled afresh and the entry replaced: the next compile is a hit). Defects: ``accepted``
@@ -48,10 +50,14 @@ import time
 
 import numpy as np
 
+from myelin import cachefiles
+from myelin.codegen.llvm import codecache, externals
+
 DEFECTS = ("accepted", "wrong", "silent", "kept", "error", "crash", "hang")
 OUTCOMES = ("hit", "miss") + DEFECTS
-_PREAMBLE = struct.Struct("<8sIQ32s")     # as myelin.codegen.llvm.codecache writes it
-_SIGNED = 20
+_PREAMBLE = cachefiles.PREAMBLE           # magic, format, header length, HMAC
+_SIGNED = cachefiles.SIGNED
+FRAME = codecache.MAGIC + struct.pack("<I", codecache.FORMAT)   # a code entry's first 12 bytes
 HUGE = (2**31, 2**32 + 1, 2**63 - 1, 2**64 + 5, 10**30, -1, -2**63, 10**400)
 
 
@@ -148,20 +154,20 @@ def make_corpus(directory):
 
 # Mutations.
 def split(data):
-    """(header as JSON, the bytes after it) of an entry."""
+    """(header as JSON, payload) of an entry of any cache (the frame of
+    :func:`myelin.cachefiles.write_signed`)."""
     length = _PREAMBLE.unpack_from(data)[2]
     start = _PREAMBLE.size + length
-    return json.loads(data[_PREAMBLE.size:start]), data[start:]
+    return json.loads(data[_PREAMBLE.size:start]), data[start + -start % 64:]
 
 
-def join(text, rest, secret=None):
-    """An entry of header ``text`` (JSON bytes) and ``rest`` (padding and payload), signed
-    with ``secret`` (None: the signature left zero), the padding made what the writer's
-    would be for a header of this length."""
-    payload = rest[len(rest) % 64:]          # (the padding is shorter than 64 bytes)
+def join(text, payload, secret=None, frame=FRAME):
+    """An entry of header ``text`` (JSON bytes) and ``payload``, laid out as the writer lays
+    it out, with ``frame`` (the first 12 bytes of a sound entry: magic number and format) and
+    signed with ``secret`` (None: the signature left zero)."""
     end = _PREAMBLE.size + len(text)
     body = text + bytes(-end % 64) + payload
-    signed = struct.pack("<8sIQ", b"MYELINC\0", 2, len(text))
+    signed = frame + struct.pack("<Q", len(text))
     mac = bytes(32) if secret is None else hmac.new(secret, signed + body,
                                                       hashlib.sha256).digest()
     return signed + mac + body
@@ -175,7 +181,8 @@ def header_edit(header, rng):
     if choice == 0 and symbols:
         item = rng.choice(symbols)
         item[0] = rng.choice(["myelin.ext.99", "myelin.ext.0", "memcpy", "", 7, None,
-                              "myelin.ext." + "9" * 12, symbols[-1][0]])
+                              externals.symbol(["global", "nothing"]), symbols[-1][0],
+                              item[0][:-1], item[0].upper()])
         return header, f"symbol name -> {item[0]!r}"
     if choice == 1 and symbols:
         item = rng.choice(symbols)
@@ -200,7 +207,7 @@ def header_edit(header, rng):
             a, b = rng.sample(symbols, 2)
             a[1], b[1] = b[1], a[1]
         else:
-            symbols.append([f"myelin.ext.{len(symbols)}", ["pool", 2], 0])
+            symbols.append([externals.symbol(["pool", 2]), ["pool", 2], 0])
         return header, f"symbols: {what}"
     if choice == 4:
         header["object"] = rng.choice([header["object"] + d for d in (-1, 1, -64, 64)]
@@ -247,10 +254,11 @@ def header_edit(header, rng):
     return header, "header field added"
 
 
-def raw_mutation(data, rng, others):
-    """(bytes, description) of a mutation of entry ``data`` that needs no key."""
+def raw_mutation(data, rng, others, edit=header_edit):
+    """(bytes, description) of a mutation of entry ``data`` (of any cache) that needs no key;
+    ``edit(header, rng)`` changes a copy of its header."""
     data = bytearray(data)
-    choice = rng.randrange(9)
+    choice = rng.randrange(10)
     if choice == 0:
         flips = rng.randint(1, 8)
         for _ in range(flips):
@@ -282,21 +290,24 @@ def raw_mutation(data, rng, others):
         else:
             data[0:8] = rng.choice([b"MYELINC\1", bytes(8), b"\x7fELF\2\1\1\0"])
         return bytes(data), f"{what} changed"
-    header, rest = split(bytes(data))
-    edited, what = header_edit(header, rng)
+    header, payload = split(bytes(data))
+    edited, what = edit(header, rng)
+    frame = bytes(data[:12])
     if choice == 6:          # the signature kept (the old checksum covered only the payload)
-        edited = bytearray(join(json.dumps(edited).encode(), rest))
+        edited = bytearray(join(json.dumps(edited).encode(), payload, None, frame))
         edited[_SIGNED:_PREAMBLE.size] = data[_SIGNED:_PREAMBLE.size]
         return bytes(edited), f"header edited, signature kept: {what}"
     if choice == 7:
-        if rng.random() < 0.3:
+        if payload and rng.random() < 0.3:
             edited, what = header, "payload edited"
-            rest = bytearray(rest)
-            rest[-rng.randint(1, 1000)] ^= 0x10
-            rest = bytes(rest)
-        return join(json.dumps(edited).encode(), rest, rng.randbytes(32)), \
+            payload = bytearray(payload)
+            payload[rng.randrange(len(payload))] ^= 0x10
+            payload = bytes(payload)
+        return join(json.dumps(edited).encode(), payload, rng.randbytes(32), frame), \
             f"planted (signed with another key): {what}"
-    return rng.choice(others), "another network's entry"
+    if choice == 8:
+        return join(json.dumps(edited).encode(), payload, None, frame), f"unsigned: {what}"
+    return rng.choice(others), "another entry of the cache"
 
 
 SPECIAL = ("symlink", "fifo", "directory", "empty", "group-writable", "other owner")
@@ -350,7 +361,7 @@ def run_case(directory, corpus, case, warnings):
     secret is the corpus's; ``corpus`` maps a network to (entry file name, right outputs)."""
     index, name, data, model, _ = case
     path = os.path.join(directory, corpus[name][0])
-    _place(path, data)
+    place(path, data)
     warnings.messages.clear()
     try:
         network, timings = compile_network(name, directory)
@@ -374,7 +385,7 @@ def run_case(directory, corpus, case, warnings):
     return "miss", warnings.messages[0]
 
 
-def _place(path, data):
+def place(path, data):
     """Put ``data`` (bytes, or the name of a special file) at ``path``; ``path + ".valid"``
     holds the sound entry."""
     if os.path.isdir(path) and not os.path.islink(path):

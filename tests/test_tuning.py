@@ -1,17 +1,24 @@
-"""Kernel choice by measurement (``Compiler(tune=True)``): results, choices and the disk cache."""
+"""Kernel choice by measurement (``Compiler(tune=True)``): results, choices and the disk cache
+(signed entries; damaged, unsigned, planted and foreign ones measured again, with the cases of
+``scripts/fuzz_caches.py``; directories others can write not used)."""
 
 import json
 import logging
 import os
+import sys
 
 import numpy as np
 import pytest
 
 import myelin
 from jitcheck import random_array, relative_error
-from myelin import reference
+from myelin import cachefiles, reference
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm import tuning
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import fuzz_cache  # noqa: E402
+import fuzz_caches  # noqa: E402
 
 TOLERANCE = 3e-5
 TUNED = ["const/MatMul", "var/MatMul", "conv/Conv"]
@@ -68,7 +75,11 @@ def measured(monkeypatch):
 
 
 def _entries(directory):
-    return {name: json.loads((directory / name).read_text()) for name in os.listdir(directory)}
+    """{file name: entry} of the tuning cache ``directory``."""
+    return {name: json.loads(cachefiles.read_signed(str(directory), str(directory / name),
+                                                    tuning.MAGIC, tuning.FORMAT,
+                                                    tuning.MAX_ENTRY)[0])
+            for name in os.listdir(directory) if name.endswith(tuning.SUFFIX)}
 
 
 def test_tuned_results_match_reference(tmp_path, caplog):
@@ -81,7 +92,6 @@ def test_tuned_results_match_reference(tmp_path, caplog):
     assert steps["small/MatMul"].choice == {}
     entries = _entries(tmp_path)
     assert len(entries) == 3
-    assert all(name.endswith(".json") for name in entries)
     for name in TUNED:
         step = steps[name]
         options = step.kernel.choices(step, net.target)
@@ -110,34 +120,82 @@ def _text(option):
     return json.dumps(option, sort_keys=True)
 
 
-def _corrupt(entry):
-    return "{not json"
+def _framed(entry, key):
+    """``entry`` as the tuning cache frames it, signed with ``key`` (None: unsigned)."""
+    frame = tuning.MAGIC + tuning.FORMAT.to_bytes(4, "little")
+    return fuzz_cache.join(json.dumps(entry).encode(), b"", key, frame)
 
 
-def _foreign(entry):
-    entry["key"]["features"] = "+sse2"
-    return json.dumps(entry)
+def _corrupt(entry, key):
+    data = bytearray(_framed(entry, key))
+    data[-10] ^= 0x04
+    return bytes(data)
 
 
-def _withdrawn(entry):
+def _previous_format(entry, key):       # unsigned JSON, as entries were written before
+    return json.dumps(entry).encode()
+
+
+def _planted(entry, key):               # signed with a key other than the cache's
     entry["choice"] = {"vectors": 99, "rows": 1}
-    return json.dumps(entry)
+    return _framed(entry, os.urandom(32))
 
 
-@pytest.mark.parametrize("spoil", [_corrupt, _foreign, _withdrawn])
-def test_unsound_cache_entries_are_measured_again(tmp_path, measured, spoil):
+def _foreign(entry, key):               # signed, but for another key
+    entry["key"]["features"] = "+sse2"
+    return _framed(entry, key)
+
+
+def _withdrawn(entry, key):             # signed, naming an option not offered
+    entry["choice"] = {"vectors": 99, "rows": 1}
+    return _framed(entry, key)
+
+
+@pytest.mark.parametrize("spoil", [_corrupt, _previous_format, _planted, _foreign, _withdrawn])
+def test_unsound_cache_entries_are_measured_again(tmp_path, measured, spoil, caplog):
     flow = _flow()
     _compile_and_check(flow, tuning_cache=tmp_path)
+    key = (tmp_path / cachefiles.SECRET).read_bytes()
     for name, entry in _entries(tmp_path).items():
-        (tmp_path / name).write_text(spoil(entry))
+        (tmp_path / name).write_bytes(spoil(entry, key))
     measured.clear()
-    steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
+    with caplog.at_level(logging.WARNING):
+        steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
     assert sorted(measured) == sorted(TUNED)
+    assert caplog.text.count("ignoring tuning cache entry") == 3
     rewritten = _entries(tmp_path)
     assert len(rewritten) == 3
     assert sorted(map(_text, (e["choice"] for e in rewritten.values()))) == sorted(
         _text(steps[name].choice) for name in TUNED)
     assert not any(e["key"]["features"] == "+sse2" for e in rewritten.values())
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "another owner"])
+def test_a_directory_others_can_write_is_not_used(tmp_path, measured, caplog, monkeypatch,
+                                                  problem):
+    flow = _flow()
+    _compile_and_check(flow, tuning_cache=tmp_path)
+    if problem == "group-writable":
+        os.chmod(tmp_path, 0o770)
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+    before = sorted(os.listdir(tmp_path))
+    measured.clear()
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        _compile_and_check(flow, tuning_cache=tmp_path, cache=False)
+    assert sorted(measured) == sorted(TUNED)            # the answers there are not read ...
+    assert sorted(os.listdir(tmp_path)) == before       # ... and nothing is written
+    (warning,) = caplog.messages                        # said once
+    assert warning.startswith(f"not using the cache {tmp_path}: it is ")
+
+
+def test_mutated_entries_are_misses_never_errors():
+    """60 cases of the fuzz script: damaged, unsigned, planted, foreign and special files, and
+    header edits signed with the cache's key: no exception, hang or silent miss; a raw change
+    never used, a signed edit a miss or the right choice."""
+    counts, _, defects = fuzz_caches.campaign(fuzz_caches.TuningSubject(), 60, seed=3)
+    assert defects == []
+    assert counts["raw", "miss"] > 30 and counts["raw", "hit"] == 0
 
 
 @pytest.mark.parametrize("option,first,second", [("features", "sse", "host"),
@@ -149,7 +207,7 @@ def test_other_targets_do_not_share_entries(tmp_path, measured, option, first, s
     _compile_and_check(flow, tuning_cache=tmp_path, **{option: first})
     _compile_and_check(flow, tuning_cache=tmp_path, **{option: second})
     assert sorted(measured) == sorted(TUNED * 2)
-    assert len(os.listdir(tmp_path)) == 6
+    assert len(_entries(tmp_path)) == 6
 
 
 def test_no_cache_writes_nothing(tmp_path, monkeypatch, measured):
@@ -160,7 +218,7 @@ def test_no_cache_writes_nothing(tmp_path, monkeypatch, measured):
     assert sorted(measured) == sorted(TUNED * 2)
     assert not (tmp_path / "tuning").exists()
     _compile_and_check(flow)       # the default cache: $MYELIN_CACHE_DIR/tuning
-    assert len(os.listdir(tmp_path / "tuning")) == 3
+    assert len(_entries(tmp_path / "tuning")) == 3
 
 
 def test_fastest_keeps_the_default_unless_clearly_beaten():

@@ -1,6 +1,11 @@
-"""The CUDA module cache: memory and disk hits, keys, damaged entries and $MYELIN_CACHE=off."""
+"""The CUDA module cache: memory and disk hits, keys, $MYELIN_CACHE=off; signed entries:
+damaged, unsigned, planted and foreign entries and special files recompiled (with the cases of
+``scripts/fuzz_caches.py``), directories others can write not used."""
 
+import json
 import logging
+import os
+import sys
 
 import pytest
 
@@ -9,6 +14,11 @@ import myelin
 from myelin.codegen.cuda import module, planner
 from myelin.codegen.cuda.modulecache import ModuleCache
 from myelin.codegen.cuda.target import CudaTarget
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts"))
+import fuzz_cache  # noqa: E402
+import fuzz_caches  # noqa: E402
 
 
 @pytest.fixture
@@ -65,18 +75,33 @@ def _huge_header_length(data, rng):
     return data
 
 
+def _resigned(key, edit=None):
+    """A change of the entry's header (``edit``, None: none), signed with ``key`` (None:
+    unsigned)."""
+    def damage(data, rng):
+        header, payload = fuzz_cache.split(bytes(data))
+        if edit:
+            edit(header)
+        return fuzz_cache.join(json.dumps(header).encode(), payload, key, bytes(data[:12]))
+    return damage
+
+
 DAMAGE = {
     "bit flip": _flip_bit,
     "huge header length": _huge_header_length,
     "truncation": lambda data, rng: data[:int(rng.integers(len(data)))],
     "garbage": lambda data, rng: bytearray(rng.bytes(int(rng.integers(1, 2 * len(data))))),
+    "unsigned": _resigned(None),
+    "planted": _resigned(os.urandom(32), lambda header: header.update(log="planted")),
 }
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE) + ["other key"])
+@pytest.mark.parametrize("damage", sorted(DAMAGE) + ["other key", "previous format"])
 def test_damaged_entry_is_recompiled(damage, kernels, tmp_path, rng, caplog):
     """A damaged entry (a random bit flipped, a header length too large to read, a random
-    length kept, random bytes, or an entry written for another key) is ignored with a warning, compiled again and rewritten."""
+    length kept, random bytes), one not signed or signed with another key (planted), one
+    written for another key or in the previous format is ignored with a warning, compiled
+    again and rewritten."""
     source = module.module_source(kernels)
     cache = ModuleCache(tmp_path)
     binary = cache.compile(source, "sm_80")
@@ -85,6 +110,8 @@ def test_damaged_entry_is_recompiled(damage, kernels, tmp_path, rng, caplog):
         cache.compile(source, "sm_90")
         other = next(p for p in entries(tmp_path) if p != path)
         path.write_bytes(other.read_bytes())
+    elif damage == "previous format":
+        path.write_bytes(fuzz_caches.previous_cuda_entry(source, "sm_80", binary))
     else:
         path.write_bytes(bytes(DAMAGE[damage](bytearray(path.read_bytes()), rng)))
     fresh = ModuleCache(tmp_path)
@@ -108,3 +135,53 @@ def test_myelin_cache_off_keeps_modules_in_memory(setting, kernels, tmp_path, mo
     assert module.build(kernels, target).origin == "memory"
     written = entries(tmp_path / "cuda") if (tmp_path / "cuda").exists() else []
     assert len(written) == (0 if setting == "off" else 1)
+
+
+@pytest.mark.parametrize("special", ["symlink", "fifo", "directory", "empty", "group-writable",
+                                     "other owner"])
+def test_a_file_others_could_write_is_not_read(special, kernels, tmp_path, caplog):
+    """A link (to a sound entry), a FIFO, a directory, an empty file, a file others can write
+    or (as root) one of another user in an entry's place: a miss, never a hang or an
+    error."""
+    if special == "other owner" and os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    source = module.module_source(kernels)
+    binary = ModuleCache(tmp_path).compile(source, "sm_80")
+    (path,) = entries(tmp_path)
+    os.replace(path, f"{path}.valid")
+    fuzz_cache.place(str(path), special)
+    fresh = ModuleCache(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        assert fresh.compile(source, "sm_80") == binary
+    assert fresh.origin == "nvrtc"
+    assert f"ignoring CUDA module cache entry {path}" in caplog.text
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "another owner"])
+def test_a_directory_others_can_write_is_not_used(problem, kernels, tmp_path, caplog,
+                                                  monkeypatch):
+    source = module.module_source(kernels)
+    binary = ModuleCache(tmp_path).compile(source, "sm_80")
+    before = sorted(os.listdir(tmp_path))
+    if problem == "group-writable":
+        os.chmod(tmp_path, 0o770)
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        for _ in range(2):
+            fresh = ModuleCache(tmp_path)
+            assert fresh.compile(source, "sm_80") == binary
+            assert fresh.origin == "nvrtc"            # the entry there is not read ...
+    assert sorted(os.listdir(tmp_path)) == before     # ... and nothing is written
+    (warning,) = caplog.messages                      # said once
+    assert warning.startswith(f"not using the cache {tmp_path}: it is ")
+
+
+def test_mutated_entries_are_misses_never_errors():
+    """30 cases of the fuzz script: damaged, unsigned, planted, foreign and special files, and
+    header edits signed with the cache's key: no exception, hang or silent miss; a raw change
+    never used, a signed edit a miss or the right binary."""
+    emulator.require_nvrtc()
+    counts, _, defects = fuzz_caches.campaign(fuzz_caches.CudaSubject(), 30, seed=3)
+    assert defects == []
+    assert counts["raw", "miss"] > 10 and counts["raw", "hit"] == 0

@@ -4,28 +4,32 @@ An entry is found by a key, the SHA-256 of everything that decides NVRTC's outpu
 (:meth:`ModuleCache.fields`): the SHA-256 of the module source and of the support header, the
 architecture, the NVRTC options and version, and myelin's version and source fingerprint. On
 disk an entry is one file, ``<key>.cubin``, in ``cache_dir("cuda")`` of
-:mod:`myelin.cachefiles` (written atomically): a magic number and format version, the length
-of a JSON header, the header (the key's fields, the sizes and CRC-32 of the payload), then the
-payload: the CUBIN, PTX and log. An entry that cannot be read, was written for other fields or
-whose payload does not match is ignored with a warning, and compiled and written again.
+:mod:`myelin.cachefiles`, in the signed frame every cache uses
+(:func:`myelin.cachefiles.write_signed`): its header holds the key's fields, the PTX and
+NVRTC's log; its payload is the CUBIN.
+
+An entry is used only if the directory is trusted, the file is private to this user, no
+larger than ``MAX_ENTRY``, of this format and signed with the directory's secret (over every
+byte), and its header has exactly the writer's fields, of their types, for the key asked for:
+a CUBIN the driver will load is so never one that this user's myelin did not write there.
+Failing any check is a miss: a warning, the module is compiled again and the entry replaced.
 """
 
 import hashlib
 import json
 import logging
 import os
-import struct
-import zlib
 
 from myelin import __version__, cachefiles
 from myelin.codegen.cuda import nvrtc, support
 
 log = logging.getLogger("myelin.cache")
 
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"MYELINCU"
 SUFFIX = ".cubin"
-_PREAMBLE = struct.Struct("<8sIQ")    # magic, format, header length
+MAX_ENTRY = 1 << 30              # bytes; a larger file is not read
+_HEADER = {"fields", "ptx", "log"}
 
 
 def _sha256(text):
@@ -79,35 +83,30 @@ class ModuleCache:
         return binary
 
     def _load(self, key, fields):
+        """The binary of the entry ``key`` if it passes every check (see the module) and was
+        written for ``fields``, else None: a missing entry silently, a bad one with a
+        warning."""
         path = self.path(key)
+        if not cachefiles.trusted(self.directory):
+            return None
         try:
-            with open(path, "rb") as file:
-                magic, version, length = _PREAMBLE.unpack(file.read(_PREAMBLE.size))
-                if magic != MAGIC or version != FORMAT:
-                    raise ValueError("not a myelin CUDA module cache entry of this format")
-                if length > os.fstat(file.fileno()).st_size:
-                    raise ValueError("the header is longer than the entry (a damaged entry)")
-                header = json.loads(file.read(length))
-                payload = file.read()
-            if header["fields"] != fields:
-                raise ValueError("written for another key")
-            sizes = header["sizes"]
-            if len(payload) != sum(sizes) or zlib.crc32(payload) != header["crc32"]:
-                raise ValueError("the payload does not match its header (a damaged entry)")
+            text, cubin = cachefiles.read_signed(self.directory, path, MAGIC, FORMAT,
+                                                 MAX_ENTRY)
+            header = json.loads(text)
+            if not (isinstance(header, dict) and header.keys() == _HEADER
+                    and isinstance(header["ptx"], str) and isinstance(header["log"], str)):
+                raise ValueError("its header does not have the fields of an entry")
+            if header["fields"] != json.loads(json.dumps(fields)):
+                raise ValueError("it was written for another key")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
-            log.warning("ignoring CUDA module cache entry %s: %s", path, error)
+        except (OSError, ValueError, RecursionError, MemoryError) as error:
+            log.warning("ignoring CUDA module cache entry %s: %s; compiling afresh", path,
+                        error)
             return None
-        cubin_size, ptx_size, _ = sizes
-        ptx_end = cubin_size + ptx_size
-        return nvrtc.Binary(payload[:cubin_size], payload[cubin_size:ptx_end].decode(),
-                            payload[ptx_end:].decode())
+        return nvrtc.Binary(bytes(cubin), header["ptx"], header["log"])
 
     def _store(self, key, fields, binary):
-        pieces = [binary.cubin, binary.ptx.encode(), binary.log.encode()]
-        payload = b"".join(pieces)
-        header = json.dumps({"fields": fields, "sizes": [len(p) for p in pieces],
-                             "crc32": zlib.crc32(payload)}).encode()
-        cachefiles.write_atomic(self.directory, key + SUFFIX,
-                                [_PREAMBLE.pack(MAGIC, FORMAT, len(header)), header, payload])
+        header = json.dumps({"fields": fields, "ptx": binary.ptx, "log": binary.log})
+        cachefiles.write_signed(self.directory, key + SUFFIX, MAGIC, FORMAT, header.encode(),
+                                [binary.cubin])

@@ -8,12 +8,14 @@ flow's content, each step's kernel, variant and options, the compile options, my
 version and source fingerprint, the target triple, CPU name and features, and the llvmlite
 and LLVM versions.
 
-An entry is one file, ``<key>.code``: a magic number, the format version, the length of a
-JSON header and an HMAC-SHA256 of the whole file, then the header (the key's fields, the
-object's size, each array's type and shape, the symbol table with the size of what each
-symbol addresses, a description), then the payload, 64-byte aligned: the object, then each
-array, each at the next multiple of 64 bytes. Entries are written atomically and durably,
-and the cache is pruned, least recently used entries first, to its size limit.
+An entry is one file, ``<key>.code``, in the signed frame of every cache
+(:func:`myelin.cachefiles.write_signed`: a magic number, the format version, the length of a
+JSON header and an HMAC-SHA256 of the whole file, then the header, then the payload, 64-byte
+aligned). The header holds the key's fields, the object's size, each array's type and shape,
+the symbol table with the size of what each symbol addresses, and a description; the
+payload is the object, then each array, each at the next multiple of 64 bytes. Entries are
+written atomically and durably, and the cache is pruned, least recently used entries first,
+to its size limit (and of the temporary files of killed writers).
 
 What an entry must pass before any of it is used; failing any check is a miss (a warning,
 the code is generated afresh and the entry replaced), never an error:
@@ -27,8 +29,10 @@ the code is generated afresh and the entry replaced), never an error:
   who could once write there) is rejected here, before the header is parsed;
 - the header has exactly the fields the writer gives it, each of its type and range; the
   object and arrays lie exactly where the writer puts them, filling the payload; the
-  arrays' types are numeric and their shapes non-negative integers; the key's fields are the
-  ones asked for (an entry renamed to another key is rejected);
+  arrays' types are numeric and their shapes non-negative integers; each symbol's name is the
+  one its target gives it (:func:`myelin.codegen.llvm.externals.symbol`), so that a table
+  whose targets are exchanged is rejected even where their sizes agree; the key's fields are
+  the ones asked for (an entry renamed to another key is rejected);
 - every symbol the object code leaves undefined is bound by the symbol table or found in
   this process (:mod:`myelin.codegen.llvm.elf`), and, in the compiler, every symbol binds to
   something of this network of the recorded size
@@ -43,13 +47,10 @@ bug) a miss rather than a crash; they cannot make wrong code, correctly signed, 
 
 import dataclasses
 import hashlib
-import hmac
 import json
 import logging
 import math
 import os
-import re
-import struct
 import time
 
 import llvmlite
@@ -57,16 +58,12 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from myelin import __version__, cachefiles
-from myelin.codegen.llvm import elf
-from myelin.runtime.memory import aligned_zeros
+from myelin.codegen.llvm import elf, externals
 
 log = logging.getLogger("myelin.cache")
 
-FORMAT = 2
+FORMAT = 3
 MAGIC = b"MYELINC\0"
-_PREAMBLE = struct.Struct("<8sIQ32s")    # magic, format, header length, HMAC-SHA256
-_SIGNED = 20                             # the preamble's bytes before the HMAC (signed)
-_ALIGN = 64
 SUFFIX = ".code"
 DEFAULT_SIZE_LIMIT = 2 << 30          # bytes; $MYELIN_CACHE_SIZE overrides (e.g. "500M")
 
@@ -76,7 +73,6 @@ _DTYPES = {np.dtype(name).str for name in ("bool", "int8", "uint8", "int16", "ui
                                             "int32", "uint32", "int64", "uint64", "float16",
                                             "float32", "float64", "complex64", "complex128")}
 _MAX_DIMS = 32
-_SYMBOL = re.compile(r"myelin\.ext\.[0-9]{1,9}")
 _KINDS = {"global": str, "counters": str, "array": int, "pool": int}   # kind: its "what"
 
 
@@ -170,11 +166,6 @@ class CodeCache:
         except ValueError as error:
             log.info("not keeping compiled code in the cache: %s", error)
             return
-        if not cachefiles.trusted(self.directory, create=True):
-            return
-        secret = cachefiles.secret(self.directory, create=True)
-        if secret is None:
-            return
         arrays = [np.ascontiguousarray(array) for array in arrays]
         offsets, size = _layout(len(object_bytes), [array.nbytes for array in arrays])
         pieces, end = [object_bytes], len(object_bytes)
@@ -189,13 +180,10 @@ class CodeCache:
                                          for symbol, key, nbytes in symbols],
                              "description": description or {},
                              "created": time.time()}).encode()
-        start = _aligned(_PREAMBLE.size + len(header))
-        body = [header, bytes(start - _PREAMBLE.size - len(header))] + pieces
-        signed = _PREAMBLE.pack(MAGIC, FORMAT, len(header), bytes(32))[:_SIGNED]
-        preamble = _PREAMBLE.pack(MAGIC, FORMAT, len(header), _sign(secret, [signed] + body))
-        if cachefiles.write_atomic(self.directory, self.key(fields) + SUFFIX,
-                                   [preamble] + body):
-            self._note_written(start + size)
+        written = cachefiles.write_signed(self.directory, self.key(fields) + SUFFIX, MAGIC,
+                                          FORMAT, header, pieces)
+        if written:
+            self._note_written(written)
 
     def entries(self):
         """Every entry in the cache, most recently used first, checked as :meth:`load` checks
@@ -229,7 +217,9 @@ class CodeCache:
         return count, total
 
     def prune(self):
-        """Remove the least recently used entries until the cache fits its limit."""
+        """Remove the least recently used entries until the cache fits its limit, and the
+        stale temporary files of killed writers
+        (:func:`myelin.cachefiles.remove_stale_temporaries`)."""
         total = 0
         for path, size, _ in sorted(self._files(), key=lambda file: -file[2]):
             total += size
@@ -238,6 +228,7 @@ class CodeCache:
                     os.remove(path)
                 except OSError:
                     pass
+        cachefiles.remove_stale_temporaries(self.directory)
         self._written = 0
 
     def _files(self):
@@ -259,30 +250,9 @@ class CodeCache:
     def _open(self, path):
         """(header, Entry) of the entry file ``path``, every check of the module passed but
         the key's; OSError or ValueError names the first that fails."""
-        with cachefiles.open_private(path) as file:
-            size = os.fstat(file.fileno()).st_size
-            if size > self.limit:
-                raise ValueError(f"it has {size} bytes, more than the cache's limit")
-            data = aligned_zeros(size, _ALIGN)
-            if file.readinto(memoryview(data)) != size:
-                raise ValueError("it changed while it was read")
-        if size < _PREAMBLE.size:
-            raise ValueError("it is too short to be an entry")
-        magic, version, length, signature = _PREAMBLE.unpack_from(data)
-        if magic != MAGIC:
-            raise ValueError("it is not a myelin compile cache entry")
-        if version != FORMAT:
-            raise ValueError(f"its format is {version}, this myelin reads {FORMAT}")
-        start = _aligned(_PREAMBLE.size + length)
-        if start > size:
-            raise ValueError("its header length runs past its end")
-        secret = cachefiles.secret(self.directory)
-        if secret is None or not hmac.compare_digest(
-                signature, _sign(secret, [data[:_SIGNED], data[_PREAMBLE.size:]])):
-            raise ValueError("its signature does not match this cache's key (it is damaged, "
-                             "or was not written by this user's myelin)")
-        header = json.loads(bytes(data[_PREAMBLE.size:_PREAMBLE.size + length]))
-        payload = data[start:]
+        text, payload = cachefiles.read_signed(self.directory, path, MAGIC, FORMAT,
+                                               self.limit)
+        header = json.loads(text)
         offsets = _check(header, payload.size)
         entry = Entry(path, bytes(payload[:header["object"]]),
                       [_array(payload, dtype, shape, offset)
@@ -291,7 +261,7 @@ class CodeCache:
                        for symbol, key, nbytes in header["symbols"]])
         bound = {symbol for symbol, _, _ in entry.symbols}
         for name in elf.undefined_symbols(entry.object) - bound:
-            if _SYMBOL.fullmatch(name) or not llvm.address_of_symbol(name):
+            if name.startswith(externals.PREFIX) or not llvm.address_of_symbol(name):
                 raise ValueError(f"its code uses the symbol {name}, which nothing binds")
         return header, entry
 
@@ -305,26 +275,15 @@ class CodeCache:
             self._written += size
 
 
-def _aligned(offset):
-    return -(-offset // _ALIGN) * _ALIGN
-
-
 def _layout(object_size, sizes):
     """(offset of each array, payload size) for an object of ``object_size`` bytes followed by
     arrays of ``sizes`` bytes, each aligned."""
     offsets, end = [], object_size
     for size in sizes:
-        offsets.append(_aligned(end))
+        offsets.append(cachefiles.aligned(end))
         end = offsets[-1] + size
-    return offsets, _aligned(end)
+    return offsets, cachefiles.aligned(end)
 
-
-def _sign(secret, pieces):
-    """The HMAC-SHA256 of the bytes-like ``pieces`` with key ``secret``."""
-    mac = hmac.new(secret, digestmod=hashlib.sha256)
-    for piece in pieces:
-        mac.update(piece)
-    return mac.digest()
 
 
 def _expect(condition, what):
@@ -370,10 +329,10 @@ def _check(header, size):
     for item in symbols:
         _expect(isinstance(item, list) and len(item) == 3, "symbol")
         symbol, key, nbytes = item
-        _expect(isinstance(symbol, str) and _SYMBOL.fullmatch(symbol), "symbol name")
         _expect(isinstance(key, list) and len(key) == 2 and isinstance(key[0], str)
                 and type(key[1]) is _KINDS.get(key[0]), "symbol key")
         _expect(key[0] != "array" or 0 <= key[1] < len(arrays), "array symbol")
+        _expect(symbol == externals.symbol(key), "symbol name (not the name of its target)")
         _expect(_count(nbytes), "symbol size")
     return offsets
 

@@ -8,11 +8,16 @@ on random inputs (constant inputs keep their data: packing depends on it) and se
 so a change in the machine's speed hits them all alike; compiling stops at a time budget per
 step, and steps with the same key are measured once.
 
-Answers are cached on disk, one small JSON file per key, named by the key's hash. The key
-holds everything that changes the answer: the kernel, its variant and its options, the op's
-type, attributes, shapes and dtypes, which inputs are constant, threads, alignment, target
-triple, CPU name and features, and myelin's version. An entry that cannot be read, that
-describes another key or that names an option the kernel does not offer is measured again.
+Answers are cached on disk, one small file per key, ``<the key's SHA-256>.tune`` in
+``cache_dir("tuning")`` of :mod:`myelin.cachefiles`: the signed frame every cache uses
+(:func:`myelin.cachefiles.write_signed`) around a JSON header of the key, the choice and the
+times measured. The key holds everything that changes the answer: the kernel, its variant and
+its options, the op's type, attributes, shapes and dtypes, which inputs are constant,
+threads, alignment, target triple, CPU name and features, and myelin's version. An answer is
+used only if the directory is trusted, the file is private to this user, no larger than
+``MAX_ENTRY``, of this format and signed with the directory's secret, and its header has
+exactly the writer's fields, describes this key and names an option the kernel offers;
+failing any check is a miss: a warning, the step is measured again and the entry replaced.
 """
 
 import ctypes
@@ -45,6 +50,12 @@ ROUNDS = 5               # timed rounds over all options; each option keeps its 
 SAMPLE_SECONDS = 2e-3    # the least time of one timed sample (several calls when fast)
 MARGIN = 0.95            # another option replaces the default only when this much faster
 
+FORMAT = 2
+MAGIC = b"MYELINTU"
+SUFFIX = ".tune"
+MAX_ENTRY = 1 << 20      # bytes; a larger file is not read
+_HEADER = {"key", "choice", "seconds"}
+
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
@@ -52,7 +63,8 @@ class Tuner:
     """Sets ``step.choice`` of large steps with several kernel options to the fastest one.
 
     ``cache`` is the directory of cached answers (None: ``cache_dir("tuning")`` of
-    :mod:`myelin.cachefiles`; False: no cache, always measure). ``budget`` is the seconds of compiling spent per step key.
+    :mod:`myelin.cachefiles`; False: no cache, always measure). ``budget`` is the seconds of
+    compiling spent per step key.
     """
 
     def __init__(self, target, threads=1, alignment=64, cache=None, budget=STEP_BUDGET,
@@ -118,27 +130,28 @@ class Tuner:
         return json.loads(json.dumps(key))
 
     def _path(self, digest):
-        return os.path.join(self.cache, f"{digest}.json")
+        return os.path.join(self.cache, digest + SUFFIX)
 
     def _load(self, digest, key, options):
-        """The cached option for ``key``, or None if there is no sound entry."""
-        if not self.cache:
+        """The cached option for ``key``, or None if there is no sound entry (see the module):
+        a missing entry silently, a bad one with a warning."""
+        if not self.cache or not cachefiles.trusted(self.cache):
             return None
         path = self._path(digest)
         try:
-            with open(path, encoding="utf-8") as file:
-                entry = json.load(file)
+            text, _ = cachefiles.read_signed(self.cache, path, MAGIC, FORMAT, MAX_ENTRY)
+            entry = json.loads(text)
+            if not isinstance(entry, dict) or entry.keys() != _HEADER:
+                raise ValueError("its header does not have the fields of an entry")
+            if entry["key"] != key:
+                raise ValueError("it was written for another key")
+            if entry["choice"] not in options:
+                raise ValueError(f"it names an option the kernel does not offer: "
+                                 f"{entry['choice']}")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as error:
-            log.warning("ignoring unreadable tuning cache entry %s: %s", path, error)
-            return None
-        if not isinstance(entry, dict) or entry.get("key") != key:
-            log.warning("ignoring tuning cache entry %s: written for another key", path)
-            return None
-        if entry.get("choice") not in options:
-            log.warning("ignoring tuning cache entry %s: option %s is not offered", path,
-                        entry.get("choice"))
+        except (OSError, ValueError, RecursionError, MemoryError) as error:
+            log.warning("ignoring tuning cache entry %s: %s; measuring afresh", path, error)
             return None
         log.debug("cached choice for %s: %s", path, _text(entry["choice"]))
         return options[options.index(entry["choice"])]
@@ -146,7 +159,7 @@ class Tuner:
     def _store(self, digest, entry):
         if self.cache:
             text = json.dumps(entry, indent=1, sort_keys=True)
-            cachefiles.write_atomic(self.cache, f"{digest}.json", [text.encode()])
+            cachefiles.write_signed(self.cache, digest + SUFFIX, MAGIC, FORMAT, text.encode())
 
 
 def fastest(options, seconds):
