@@ -525,9 +525,10 @@ def campaign(cases, corpus_directory, corpus, workers, timeout, verbose):
 
 
 def reason(message):
-    """What rejected an entry, from the warning that says so: its first clause, numbers left
-    out."""
+    """What rejected an entry, from the warning that says so: its first clause, symbol names
+    and numbers left out."""
     text = message.split(".code: ", 1)[-1].split("; compiling afresh")[0].strip("\"")
+    text = re.sub(re.escape(externals.PREFIX) + r"[0-9a-f]+", externals.PREFIX + "X", text)
     return re.sub(r"[0-9]+", "N", re.split(r"[,(:]", text)[0]).strip()
 
 
