@@ -14,6 +14,7 @@ from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, Conca
 from myelin.codegen.llvm.kernels.pool import LRNKernel, PoolKernel
 from myelin.codegen.llvm.kernels.reduction import ReductionKernel
 from myelin.codegen.llvm.kernels.resize import ResizeKernel
+from myelin.codegen.llvm.kernels.roi import KERNELS as _ROI_KERNELS
 from myelin.codegen.llvm.kernels.sampling import KERNELS as _SAMPLING_KERNELS
 
 _ELEMENTWISE = ElementwiseKernel()
@@ -43,7 +44,7 @@ for _type in ("Conv", "FusedConv"):
     _LIBRARY.setdefault(_type, []).extend([ConvGemmKernel(), ConvKernel()])
 _LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
 _LIBRARY.setdefault("LRN", []).append(LRNKernel())
-for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS:
+for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS + _ROI_KERNELS:
     _LIBRARY.setdefault(_kernel.TYPE, []).append(_kernel)
 for _type in ReductionKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(ReductionKernel())
