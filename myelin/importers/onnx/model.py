@@ -10,6 +10,7 @@ compiling one more drops the least recently used (logged like compiles).
 
 import collections
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ import numpy as np
 
 from myelin.errors import InputError
 from myelin.flow import dtypes
-from myelin.importers.onnx import importer, proto
+from myelin.importers.onnx import importer, proto, staged
 from myelin.ops.control import is_control
 
 log = logging.getLogger("myelin.onnx")
@@ -112,7 +113,9 @@ class OnnxModel:
     ``max_signatures`` compiled signatures are kept, the least recently used going first.
     ``compiler_options`` go to :class:`myelin.Compiler`. A model with control flow (If, Loop,
     Scan that stay in the imported flow) is compiled by :func:`myelin.control.compile` with
-    the same options and runs on its VM.
+    the same options and runs on its VM. A model whose shapes depend on values computed at run
+    time (NonZero, NonMaxSuppression, ...) runs in stages, ``staged`` (:mod:`.staged`; None
+    for other models), whose ``compiles`` list the stages' compiles.
     """
 
     def __init__(self, model, input_shapes=None, base_dir=None, max_signatures=8,
@@ -132,12 +135,18 @@ class OnnxModel:
         self._lock = threading.Lock()        # held while compiling
         self._order_lock = threading.Lock()  # held while the order of _compiled changes
         self.compiles = []             # (signature, reason, seconds) per compile
+        # Shapes that depend on run-time values: stages, each an OnnxModel (staged.py).
+        self.staged = staged.plan(self.proto, functools.partial(
+            OnnxModel, max_signatures=max_signatures, **compiler_options))
         if input_shapes is not None:
             unknown = sorted(set(input_shapes) - set(self.input_names))
             if unknown:
                 raise InputError(f"input_shapes names {unknown}, which the model does not "
                                  f"take; its inputs are {self.input_names}")
-            self._compile(dict(input_shapes), {}, "shapes given at load time")
+            if self.staged is not None:
+                self.staged.compile_first(dict(input_shapes))
+            else:
+                self._compile(dict(input_shapes), {}, "shapes given at load time")
 
     @property
     def flow(self):
@@ -160,6 +169,8 @@ class OnnxModel:
         """Compute the outputs for ``inputs`` (a dict by name, or a list in input order);
         returns a list of arrays in output order (fresh copies)."""
         feeds = self._feeds(inputs)
+        if self.staged is not None:
+            return self.staged.run(feeds)
         return self._lookup(feeds).run(feeds)
 
     __call__ = run

@@ -34,5 +34,5 @@ def supported():
 
 
 from myelin.importers.onnx.converters import (  # noqa: E402,F401
-    activations, array, control, einsum, image, indexing, losses, math, nn, quantize, recurrent,
-    reduce, resize, sampling, scan, sequence, transformer, windows)
+    activations, array, control, dynamic, einsum, image, indexing, losses, math, nn, quantize,
+    recurrent, reduce, resize, roi, sampling, scan, sequence, transformer, windows)
