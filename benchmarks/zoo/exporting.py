@@ -32,9 +32,16 @@ def import_torchvision():
     import torchvision.ops.roi_align
     # The ops exist now: let torchvision call them (their ONNX symbolics give NonMaxSuppression
     # and RoiAlign) instead of refusing or decomposing them.
-    torchvision.extension._has_ops = lambda: True
-    torchvision.ops.roi_align._has_ops = lambda: True
+    torchvision.extension._has_ops = _has_ops
+    # (torchvision.ops.roi_align is the function: the module is found by its full name.)
+    sys.modules["torchvision.ops.roi_align"]._has_ops = _has_ops
     return torchvision
+
+
+def _has_ops() -> bool:
+    """torchvision's check for its ops, answered yes (a function, not a lambda: tracing
+    scripts the functions that call it)."""
+    return True
 
 
 def _nms(boxes, scores, iou_threshold):
