@@ -293,6 +293,13 @@ def _builder_cases():
         f.argmax(x, axis=1, name="argmax")
         return {x: _x(0, 6)}
 
+    def folded(f):
+        c = f.array("c", np.zeros((0, 3), np.float32))    # folded at compile time (-O2 on)
+        v = f.var("v", "float32", [3])
+        f.add(f.max(f.relu(c), 0), v, name="peak")
+        f.mul(f.sum(f.exp(c)), v, name="total")
+        return {v: _x(3)}
+
     def movement(f):
         x = f.var("x", "float32", [4, 3])
         i = f.var("i", "int32", [0])
@@ -308,7 +315,7 @@ def _builder_cases():
             ("reductions-int32", reductions("int32")), ("bool-reductions", bools),
             ("elementwise", elementwise), ("fused-row-reduction", fused_row_reduction),
             ("empty-slice", empty_slice), ("products", products),
-            ("normalizations", normalizations), ("movement", movement)]
+            ("normalizations", normalizations), ("folded", folded), ("movement", movement)]
 
 
 def _compile_and_check(name, build, features, opt_level):
@@ -353,3 +360,19 @@ def test_empty_input_keeps_its_shape():
     assert np.asarray(data[y]).shape == (0, 8)
     with pytest.raises(myelin.errors.InputError):
         data[x] = np.zeros((1, 4), np.float32)
+
+
+def test_dynamic_batch_of_zero():
+    """A model with a dynamic batch runs with batch 0 (a signature of its own) and after it."""
+    w = numpy_helper.from_array(_x(4, 3), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("ReduceSum", ["r"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    ours = myelin.onnx.load(model)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (0, 3, 0):
+        x = _x(batch, 4)
+        _assert_same(ours.run({"x": x})[0], theirs.run(None, {"x": x})[0], f"batch {batch}")
