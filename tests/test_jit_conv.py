@@ -233,3 +233,23 @@ def test_compiled_conv_batch_norm_matches_reference():
     assert [(step.type, step.attrs["expr"]) for step in steps] == [("FusedConv",
                                                                     "@0=Relu(%0)")]
     assert not any(step.type == "BatchNormalization" for step in net.cell("f").steps)
+
+
+def test_same_shaped_steps_with_other_small_constants_do_not_share_code():
+    """Convolutions of the same shapes share one outlined function, but constants of up to
+    64 bytes are compiled into the code: two depthwise layers whose epilogues scale by
+    different constants (a quantized model's scales and zero points) must not share it."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [1, 8, 9, 9])
+    value = x
+    for scale, shift in [(2.0, 137.0), (0.5, -3.0), (2.0, 137.0)]:
+        weights = f.const(rng.standard_normal((8, 1, 3, 3)).astype(np.float32))
+        conv = f.op("Conv", [value, weights], None, dict(group=8, pads=[1, 1, 1, 1]))
+        value = f.add(f.round(f.div(conv, f.const(np.float32(scale)))),
+                      f.const(np.float32(shift)))
+    f.identity(value, name="y")
+    net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", x.shape)}},
+                          TOLERANCE["float32"], "host")
+    assert [s.type for s in net.cell("f").steps].count("FusedConv") == 3

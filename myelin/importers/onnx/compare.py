@@ -113,6 +113,7 @@ def localize(model, feeds, rtol=1e-4, atol=1e-5, base_dir=None, ort_optimization
         raise InputError("the model's graph has no nodes to compare")
 
     session_options = onnxruntime.SessionOptions()
+    session_options.log_severity_level = 3          # errors only: not its graph warnings
     if not ort_optimizations:
         session_options.graph_optimization_level = \
             onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -176,16 +176,24 @@ def inlined(root):
     return root.kind == CONSTANT and root.size <= INLINE_CONSTANT_BYTES
 
 
+def inlined_bytes(root):
+    """The bytes of the constant tensor ``root`` as compiled into the code; None unless it is
+    :func:`inlined`."""
+    if not inlined(root):
+        return None
+    return np.ascontiguousarray(root.var.data, dtypes.to_numpy(root.dtype)).tobytes()
+
+
 def inline_constant(module, root):
     """The private LLVM constant of ``module`` holding the elements of the constant tensor
     ``root`` (made on first use)."""
     name = f"myelin.const.{root.name}"
     variable = module.globals.get(name)
     if variable is None:
-        data = np.ascontiguousarray(root.var.data, dtypes.to_numpy(root.dtype)).reshape(-1)
-        array_type = ir.ArrayType(irutil.I8, data.nbytes)
+        data = inlined_bytes(root)
+        array_type = ir.ArrayType(irutil.I8, len(data))
         variable = ir.GlobalVariable(module, array_type, name)
-        variable.initializer = ir.Constant(array_type, bytearray(data.tobytes()))
+        variable.initializer = ir.Constant(array_type, bytearray(data))
         variable.global_constant = True
         variable.linkage = "private"
         variable.unnamed_addr = True

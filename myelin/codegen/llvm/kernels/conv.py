@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
-from myelin.codegen.llvm.kernels.base import ArgumentContext, Kernel
+from myelin.codegen.llvm.kernels.base import ArgumentContext, Kernel, inlined_bytes
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 
@@ -90,11 +90,14 @@ def outlined(ctx, step, emit):
     the addresses of the step's tensors; steps with the same types and attributes share it.
 
     A network's convolutions and pools are many loop nests; in separate functions (shared by
-    repeated layers) LLVM compiles them much faster than inline in one huge function.
+    repeated layers) LLVM compiles them much faster than inline in one huge function. Small
+    constants are compiled into the function (:func:`~.base.inlined`), so steps share it
+    only when those have the same values too.
     """
     tensors = list(step.inputs) + list(step.outputs)
     key = ("outlined", step.type, tuple((t.dtype, tuple(t.shape)) for t in tensors),
-           tuple(sorted(step.attrs.items())), ctx.target.features)
+           tuple(sorted(step.attrs.items())), ctx.target.features,
+           tuple(inlined_bytes(t.root()) for t in tensors))
 
     def build(module):
         symbol = module.get_unique_name("".join(ch if ch.isalnum() else "_"
