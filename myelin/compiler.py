@@ -321,15 +321,17 @@ class Compiler:
             if not looping:     # (a value computed once could not stand for an Assign per round)
                 steps = fold_assigns(steps)
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
+            limits.check(sizes[0], f"the instance of cell {func.name}")
         repeat = self._repeat(func.name, tensors, start) if looping else None
         return PlannedCell(func.name, steps, tensors, sizes, repeat)
 
     @staticmethod
     def _may_view(step, looping):
         source, out = step.inputs[0], step.outputs[0]
-        if (source.root().is_global or source.root().ref or looping) \
+        root = source.root()
+        if (root.is_global or root.ref or root.kind == INPUT or looping) \
                 and out.kind in (OUTPUT, INPUT):
-            return False       # an output of its own, not the caller's or a global's bytes
+            return False       # an output of its own, not an input's or a global's bytes
         return out.kind != INPUT       # (nor, in a loop, an input's it is copied over)
 
     def _repeat(self, name, tensors, start):

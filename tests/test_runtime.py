@@ -357,3 +357,18 @@ def test_values_that_are_no_arrays_of_the_tensor_are_input_errors(value):
     data = net.cell("f").instance()
     with pytest.raises(myelin.InputError):
         data[x] = value
+
+
+def test_outputs_keep_their_own_space_apart_from_inputs():
+    """An output computed as a view of an input (x + 0 simplified to an identity) is still
+    a tensor of its own: setting the next input does not change the last output."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    v = f.var("v", "float32", [3])
+    f.add(v, f.const(np.zeros(3, np.float32)), name="z")
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    data[v] = np.float32([1, 2, 3])
+    data.compute()
+    out = np.asarray(data["f/z"])
+    data[v] = np.float32([7, 7, 7])
+    np.testing.assert_array_equal(out, [1, 2, 3])
