@@ -83,6 +83,9 @@ def check_here(name, folder, out):
         meta["base_path"] = str(catalog.paths(meta["base"], folder)[0])
     result = check.check_model(onnx_path, meta, progress_path=out)
     result["source"] = meta.get("source")
+    import myelin
+    result["myelin"] = str(Path(myelin.__file__).parent)    # which copy of myelin was checked
+    result["date"] = time.strftime("%Y-%m-%d %H:%M")
     tmp = f"{out}.tmp"
     Path(tmp).write_text(json.dumps(result))
     os.replace(tmp, out)
@@ -104,6 +107,23 @@ def row(r):
     return (f"{r['name']:<34} {outcome[:16]:<16} {number('compile_s', '.1f'):>9} "
             f"{number('rel_error', '.1e'):>11} {seconds('latency_myelin'):>10} "
             f"{seconds('latency_ort'):>10} {number('ratio', '.2f'):>6}  {note[:90]}")
+
+
+def markdown_row(r):
+    """A row of the README's table."""
+    def latency(key):
+        value = r.get(key)
+        return "–" if value is None else (f"{value * 1e3:.2f} ms" if value < 1 else
+                                          f"{value:.2f} s")
+
+    outcome = r["outcome"] + (f" ({r['kind']})" if r.get("kind") else "")
+    note = (r.get("message") or r.get("note") or "").replace("|", "/")
+    cells = [r["name"], outcome,
+             f"{r['compile_s']:.1f}" if r.get("compile_s") else "–",
+             f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else "–",
+             latency("latency_myelin"), latency("latency_ort"),
+             f"{r['ratio']:.2f}" if r.get("ratio") else "–", note[:160]]
+    return "| " + " | ".join(cells) + " |"
 
 
 def summary(results):
@@ -155,6 +175,7 @@ def main(argv=None):
     parser.add_argument("--json", type=Path, default=None, help="where results are kept")
     parser.add_argument("--report", action="store_true",
                         help="print the kept results of the selected models; check nothing")
+    parser.add_argument("--markdown", action="store_true", help="the table in Markdown")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -164,8 +185,8 @@ def main(argv=None):
         return 0
     models = select(catalog.load_all(), args.names, args.match, args.fast)
     path = args.json or folder / "results.json"
-    kept = {r["name"]: r for r in json.loads(path.read_text())} if path.exists() else {}
     if args.report:
+        kept = _kept(path)
         results = [kept[m.name] for m in models if m.name in kept]
     else:
         print(HEADER, flush=True)
@@ -174,22 +195,35 @@ def main(argv=None):
             result = check_in_subprocess(model.name, folder, args.timeout)
             results.append(result)
             print(row(result), flush=True)
+            kept = _kept(path)               # read again: another run may have added some
             kept[model.name] = result
-            path.write_text(json.dumps(list(kept.values()), indent=1))
-    report(results)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(list(kept.values()), indent=1))
+            os.replace(tmp, path)
+    report(results, args.markdown)
     if not args.report:
         print(f"\nresults kept in {path}")
     return 0
 
 
-def report(results):
-    """The table sorted by outcome, the summary and the details of what is not ok."""
+def _kept(path):
+    """The results kept in ``path`` by model name."""
+    return {r["name"]: r for r in json.loads(path.read_text())} if path.exists() else {}
+
+
+def report(results, markdown=False):
+    """The table sorted by outcome (as text or Markdown), the summary and the details of what
+    is not ok."""
     order = ["ok", "wrong", "nondeterministic", "unsupported", "error", "timeout", "crash",
              "not built"]
     results = sorted(results, key=lambda r: (order.index(r["outcome"]), r["name"]))
-    print("\n" + HEADER)
-    for r in results:
-        print(row(r))
+    if markdown:
+        print("| model | outcome | compile s | max rel err | myelin | ORT | ratio | note |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(markdown_row(r) for r in results))
+    else:
+        print("\n" + HEADER)
+        print("\n".join(row(r) for r in results))
     print()
     for line in summary(results) + [""] + details(results):
         print(line)

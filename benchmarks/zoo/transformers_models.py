@@ -42,7 +42,7 @@ def build(model, path):
     dynamic_axes = dynamic_shapes = None
     if dynamic and options.get("dynamo"):
         dims = {axis: torch.export.Dim(label, min=2, max=256) for axis, label in dynamic.items()}
-        dynamic_shapes = tuple(dims for _ in names)
+        dynamic_shapes = (tuple(dims for _ in names),)     # forward(*args): one entry
     elif dynamic:
         dynamic_axes = {name: dynamic for name in names + ["output"]}
     how = exporting.export(wrapper, args, path, names, ["output"], dynamic_axes=dynamic_axes,
@@ -100,10 +100,10 @@ text("mobilebert", "MobileBertConfig", "MobileBertModel",
 # Decoders.
 text("gpt2", "GPT2Config", "GPT2LMHeadModel",
      dict(vocab_size=VOCAB, n_positions=256, n_embd=256, n_layer=4, n_head=4), seq=64,
-     mask=False, output="logits", use_cache=False)
+     output="logits", use_cache=False)
 text("gpt2_dynseq", "GPT2Config", "GPT2LMHeadModel",
      dict(vocab_size=VOCAB, n_positions=256, n_embd=256, n_layer=4, n_head=4), seq=40,
-     mask=False, output="logits", use_cache=False, dynamic={1: "sequence"})
+     output="logits", use_cache=False, dynamic={1: "sequence"})
 text("bloom", "BloomConfig", "BloomForCausalLM",
      dict(vocab_size=VOCAB, hidden_size=256, n_layer=4, n_head=4), seq=64, output="logits",
      use_cache=False)
@@ -133,7 +133,8 @@ add(Model("whisper_encoder", "transformers", build,
                                   decoder_layers=2, encoder_attention_heads=4,
                                   decoder_attention_heads=4, encoder_ffn_dim=1024,
                                   decoder_ffn_dim=1024, num_mel_bins=80,
-                                  max_source_positions=250))))
+                                  max_source_positions=250, pad_token_id=0, bos_token_id=1,
+                                  eos_token_id=2, decoder_start_token_id=1))))
 add(Model("wav2vec2", "transformers", build, (Input("audio", (1, 16000)),),
           dict(config="Wav2Vec2Config", model="Wav2Vec2Model", names=["input_values"],
                config_kwargs=dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
