@@ -171,8 +171,9 @@ def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=Tru
         result.update(outcome="unsupported", message=_first_line(error)[:400])
         return result
     except Exception as error:                              # noqa: BLE001 - reported
+        also = " (ONNX Runtime cannot run it either)" if want is None else ""
         result.update(outcome="error", message=f"{type(error).__name__}: "
-                                               f"{_first_line(error)}"[:400])
+                                               f"{_first_line(error)}"[:400] + also)
         return result
     result["compile_s"] = time.perf_counter() - start
     if want is None:

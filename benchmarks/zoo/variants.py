@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from zoo import catalog
+from zoo import catalog, check
 from zoo.catalog import Model, add
 
 
@@ -22,6 +22,13 @@ def float16(model, path):
     proto = converter.convert_float_to_float16(onnx.load(str(_base_path(model, path))),
                                                keep_io_types=keep)
     onnx.save(proto, str(path))
+    try:
+        check.ort_session(path)
+    except Exception as error:
+        # The converter leaves some Casts to float32 feeding float16 ops (attention's scale
+        # computed from a shape): such a model is invalid, and no zoo model.
+        raise RuntimeError(f"onnxconverter-common made a model ONNX Runtime rejects: "
+                           f"{str(error).splitlines()[0][:200]}") from None
     return (f"{model.base} converted to float16 by onnxconverter-common "
             f"(keep_io_types={keep})")
 
@@ -30,10 +37,9 @@ class _RandomReader:
     """A calibration reader giving a few batches of random inputs of the model's kinds."""
 
     def __init__(self, names, specs, batches=4):
-        from zoo.check import make_inputs
-
         rng = np.random.default_rng(1)
-        self.batches = iter([make_inputs(dict(zip(names, specs)), rng) for _ in range(batches)])
+        self.batches = iter([check.make_inputs(dict(zip(names, specs)), rng)
+                             for _ in range(batches)])
 
     def get_next(self):
         return next(self.batches, None)
@@ -77,7 +83,7 @@ def variant(name, base, build, precision, fast=False, **options):
 variant("resnet18_fp16", "resnet18", float16, "float16", keep_io_types=True)
 variant("mobilenet_v2_fp16", "mobilenet_v2", float16, "float16", keep_io_types=False)
 variant("efficientnet_b0_fp16", "efficientnet_b0", float16, "float16", keep_io_types=True)
-variant("vit_tiny_fp16", "vit_tiny", float16, "float16", keep_io_types=True)
+variant("levit_128s_fp16", "levit_128s", float16, "float16", keep_io_types=True)
 variant("bert_fp16", "bert", float16, "float16", keep_io_types=True)
 variant("mobilenet_v2_int8_qdq", "mobilenet_v2", int8_static, "int8", format="QDQ", fast=True)
 variant("resnet18_int8_qdq", "resnet18", int8_static, "int8", format="QDQ", per_channel=True)
