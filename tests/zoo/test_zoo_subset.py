@@ -265,3 +265,17 @@ def test_parallel_block_gives_the_same_result_every_time(tmp_path):
     assert result["outcome"] == "ok", result
     assert result["repeat_differs"] == 0
 
+
+
+def test_runner_checks_each_model_in_a_subprocess(tmp_path):
+    from zoo import catalog, run
+
+    _mlp_float16(tmp_path / "mlp16.onnx")
+    meta = _meta("mlp16", {"x": Input("float", (4, 32), "float16")}, "float16")
+    catalog.write_meta(tmp_path / "mlp16.json", meta)
+    result = run.check_in_subprocess("mlp16", tmp_path, timeout=300)
+    assert result["outcome"] == "ok" and result["repeat_differs"] == 0, result
+    assert result["ratio"] > 0 and "mlp16 |" in run.markdown_row(result)
+    assert run.check_in_subprocess("absent", tmp_path, timeout=300)["outcome"] == "not built"
+    late = run.check_in_subprocess("mlp16", tmp_path, timeout=0.01)
+    assert late["outcome"] == "timeout", late
