@@ -321,7 +321,6 @@ class Compiler:
             if not looping:     # (a value computed once could not stand for an Assign per round)
                 steps = fold_assigns(steps)
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
-            limits.check(sizes[0], f"the instance of cell {func.name}")
         repeat = self._repeat(func.name, tensors, start) if looping else None
         return PlannedCell(func.name, steps, tensors, sizes, repeat)
 
