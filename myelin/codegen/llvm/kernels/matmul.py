@@ -4,9 +4,9 @@
 C is computed in register tiles of up to ``rows`` x ``vectors`` SIMD vectors (6 x 2 with 16
 vector registers, 14 x 2 with 32): for each k, the tile's vectors of B's row k are loaded once
 and multiplied by A[i, k] splatted over the lanes for every row i of the tile, so each load
-feeds ``rows`` fused multiply-adds; the accumulators stay in registers for a block of
-``K_BLOCK`` k, whose sums are added to the tile's running sums (so rounding errors grow with the
-block, not with k), and the epilogue runs on the totals. Tiles with few rows (a vector times a
+feeds ``rows`` fused multiply-adds; the accumulators stay in registers for a block of k (each
+summing ``K_BLOCK`` products), whose sums are added to the tile's running sums (so rounding
+errors grow with the block, not with k), and the epilogue runs on the totals. Tiles with few rows (a vector times a
 matrix) split k over several accumulator sets so the multiply-adds do not wait on each other.
 
 B is read in panels of ``vectors x lanes`` columns, stored k-major (a panel's row k is one
@@ -40,7 +40,7 @@ PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
 PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
-K_BLOCK = 256                 # k summed in registers before adding to the tile's running sums
+K_BLOCK = 64                  # products an accumulator sums before adding to the running sums
 
 
 def _madd(b, x, y, acc):
@@ -591,16 +591,17 @@ def _tile_function(module, plan, rows, vectors, lanes, stride):
         return b.gep(out, [irutil.i64(position)], source_etype=acc_type)
 
     main = plan.k - plan.k % split
-    if main <= K_BLOCK:
+    block_k = K_BLOCK * split        # each of the split sets sums K_BLOCK products of a block
+    if main <= block_k:
         sums = sums_over(0, main)
     else:
-        # Blocks of K_BLOCK k, each summed from zero and added to ``out``: rounding errors
-        # grow with the block, not with k (as in MLAS), for the cost of a load and a store
-        # of the tile per block.
+        # Blocks of k, each summed from zero and added to ``out``: rounding errors grow with
+        # the block, not with k (as in ONNX Runtime's kernels), for the cost of a load and a
+        # store of the tile per block.
         for position in range(tile):
             b.store(irutil.const(acc_type, 0), out_at(position))
-        with irutil.for_range(b, 0, main, K_BLOCK, name="kb") as block:
-            end = b.add(block, irutil.i64(K_BLOCK))
+        with irutil.for_range(b, 0, main, block_k, name="kb") as block:
+            end = b.add(block, irutil.i64(block_k))
             end = b.select(b.icmp_signed("<", end, irutil.i64(main)), end, irutil.i64(main))
             previous = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
             for position, value in enumerate(sums_over(block, end, previous)):
