@@ -34,10 +34,12 @@ REFERENCE_BYTES = 1 << 14     # segment inputs this large are bound in place, sm
 def compile(flow, optimize=True, native_loops=True, **compiler_options):
     """Compile every function of ``flow`` that has a signature; returns a :class:`Program`.
     ``optimize`` runs the peephole step and, with ``native_loops``, the native-loop step;
-    ``compiler_options`` go to :class:`myelin.Compiler` for the cells."""
+    ``compiler_options`` go to :class:`myelin.Compiler` for the cells. FlowError if the flow
+    is inconsistent (:meth:`Flow.verify`: its control-flow ops' functions and arguments too)."""
     functions = [func for func in flow.funcs.values() if func.results is not None]
     if not functions:
         raise FlowError("the flow has no function with a signature (param()s and ret())")
+    flow.verify()
     for func in functions:
         for var in func.params + func.results:
             if not var.shape_defined:

@@ -1,7 +1,15 @@
-"""Consistency checks of a flow graph; every problem found is reported, not just the first."""
+"""Consistency checks of a flow graph; every problem found is reported, not just the first.
 
-from myelin.errors import FlowError
+Besides the links between variables, ops, functions and connectors, each op of a registered
+type must have the numbers of inputs and outputs its definition allows (the registry says),
+and each control-flow op (``Call``, ``If``, function values, tuples) must name functions that
+exist with signatures its inputs fit, and give values of the types its outputs declare:
+:mod:`myelin.control` runs such ops without any other check of their attributes.
+"""
+
+from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
+from myelin.ops import control, registry
 
 
 def problems(flow):
@@ -52,6 +60,7 @@ def problems(flow):
                              f"{var.producer.name if var.producer else 'none'}")
         if op.func is not None and (op.func.name not in flow.funcs or op not in op.func.ops):
             found.append(f"op {name} belongs to function {op.func.name}, which does not list it")
+        found.extend(_definition_problems(op))
 
     for fname, func in flow.funcs.items():
         seen = set()
@@ -80,6 +89,26 @@ def problems(flow):
             if id(var) not in var_ids:
                 found.append(f"connector {cname} links {var.name}, which is not in the flow")
     return found
+
+
+def _definition_problems(op):
+    """What is wrong with ``op`` by its registry definition (none for an unknown type, which
+    the compiler reports): its numbers of inputs and outputs; for a control-flow op, what
+    its type rule finds (the functions it names, the types of what it passes them)."""
+    opdef = registry.find(op.type)
+    if opdef is None:
+        return []
+    problem = registry.arity_problem(op, opdef)
+    if problem is None and control.is_control(op):
+        try:
+            registry.check_outputs(op, registry.infer(op))
+            for var, text in zip(op.outputs, control.output_types(op)):
+                if control.value_type(var) != text:
+                    problem = (f"op {op.name} ({op.type}) gives {text} as {var.name}, which is "
+                               f"declared {control.value_type(var)}")
+        except MyelinError as error:
+            problem = str(error)
+    return [problem] if problem else []
 
 
 def check(flow):

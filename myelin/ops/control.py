@@ -136,7 +136,12 @@ def tensor_type(text):
     if is_tuple_type(text):
         return TensorType(TUPLE, ())
     dtype, _, dims = text.partition("[")
-    return TensorType(dtype, tuple(int(d) for d in dims.rstrip("]").split("x")) if dims else ())
+    try:      # (a dynamic dimension is written "?")
+        shape = tuple(-1 if d == "?" else int(d) for d in dims.rstrip("]").split("x")) \
+            if dims else ()
+    except ValueError:
+        raise ShapeError(f"{text!r} is not a value type") from None
+    return TensorType(dtype, shape)
 
 
 def output_types(op):

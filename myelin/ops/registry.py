@@ -129,13 +129,24 @@ def attribute(op, name):
     return attrs.get_str(name, default)
 
 
-def check_arity(op, opdef):
-    """Raise ShapeError if ``op`` has an input count its definition does not allow."""
+def arity_problem(op, opdef, outputs=True):
+    """What is wrong with the number of inputs of ``op`` by its definition, and with its
+    number of outputs where the definition fixes it (``outputs``); None if nothing."""
     low, high = opdef.inputs
     n = len(op.inputs)
     if n < low or (high is not None and n > high):
         wanted = f"{low}" if low == high else f"{low} to {high if high is not None else 'any'}"
-        raise ShapeError(f"op {op.name} ({op.type}) takes {wanted} inputs, got {n}")
+        return f"op {op.name} ({op.type}) takes {wanted} inputs, got {n}"
+    if outputs and opdef.outputs is not None and len(op.outputs) != opdef.outputs:
+        return f"op {op.name} ({op.type}) gives {opdef.outputs} outputs, has {len(op.outputs)}"
+    return None
+
+
+def check_arity(op, opdef):
+    """Raise ShapeError if ``op`` has an input count its definition does not allow."""
+    problem = arity_problem(op, opdef, outputs=False)
+    if problem:
+        raise ShapeError(problem)
 
 
 def infer(op):
@@ -143,6 +154,14 @@ def infer(op):
     opdef = lookup(op.type)
     check_arity(op, opdef)
     return opdef.infer(op)
+
+
+def check_outputs(op, types):
+    """Raise ShapeError unless ``op`` has one output per type in ``types`` (what its rule
+    gave)."""
+    if len(op.outputs) != len(types):
+        raise ShapeError(f"op {op.name} ({op.type}) gives {len(types)} outputs, has "
+                         f"{len(op.outputs)}")
 
 
 def broadcast_shapes(op, *shapes):

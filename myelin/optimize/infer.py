@@ -18,6 +18,7 @@ def infer_types(flow, ctx):
             if registry.find(op.type) is None:
                 continue
             types = registry.infer(op)
+            registry.check_outputs(op, types)
             for var, inferred in zip(op.outputs, types):
                 if not var.dtype:
                     var.dtype, var.shape = inferred.dtype, inferred.shape
