@@ -317,6 +317,7 @@ class Flow:
         self.blobs = {}
         self.flags = 0
         self._aliases = {}
+        self._suffixes = {}     # name -> the number to try first for the next one like it
         self.batch_size = 1
 
     # Variables.
@@ -563,11 +564,13 @@ class Flow:
         from myelin.flow.dot import to_dot
         return to_dot(self, title)
 
-    @staticmethod
-    def _unique(base, taken):
+    def _unique(self, base, taken):
+        """``base``, or ``base_N`` with the first N not taken after those made before (so
+        many names of one base cost no search through all of them)."""
         if not taken(base):
             return base
-        n = 1
+        n = self._suffixes.get(base, 1)
         while taken(f"{base}_{n}"):
             n += 1
+        self._suffixes[base] = n + 1
         return f"{base}_{n}"

@@ -20,6 +20,8 @@ recipe (:mod:`myelin.ops.recipe`) lists what it computes; the output variables k
 names.
 """
 
+import heapq
+
 from myelin.ops import recipe as recipes
 from myelin.ops import registry
 from myelin.ops.fused import TRAILING_REDUCTIONS
@@ -29,6 +31,8 @@ from myelin.ops.registry import Kind
 _FUSED_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16",
                           "float32", "float64"})
 _CONDITIONAL = frozenset({"Cond", "Select"})   # ops whose first input is a bool condition
+_INLINE_DEPTH = 32   # a recipe nests expressions at most this deep (else a temporary)
+_MAX_GROUP = 256     # ops of one element-wise group (fusing is linear in a group's size)
 
 
 class Group:
@@ -98,16 +102,20 @@ def _default_attributes(op, opdef):
                for key in op.attrs)
 
 
-def _reaches(starts, targets, blocked, group_of):
+def _reaches(starts, targets, blocked, group_of, horizon=None):
     """True if an op in ``targets`` is reachable from the consumers of ``starts``' outputs
     through ops not in ``blocked`` (a path leaving the group and coming back). An op of
     another group stands for its whole group, which fused reads all its inputs before it
     writes any output: two groups that each feed the other (HRNet's exchange units) would
-    make a cycle."""
+    make a cycle. While groups form, in topological order, they hold only ops up to the one
+    being placed, ``horizon`` (a pair: the ops' positions, and that op's): no path to a
+    target goes through an op after it, so the search stops there."""
     stack = [c for op in starts for v in op.outputs for c in v.consumers if id(c) not in blocked]
     seen = set()
     while stack:
         op = stack.pop()
+        if horizon is not None and horizon[0].get(id(op), horizon[1] + 1) > horizon[1]:
+            continue
         group = group_of.get(id(op))
         ops = group.ops + ([group.host] if group.host else []) if group else [op]
         if any(id(member) in seen for member in ops):
@@ -127,9 +135,9 @@ def _broadcasts_to(shape, domain):
     return all(s in (1, d) for s, d in zip(shape[::-1], domain[::-1]))
 
 
-def _form_elementwise_groups(order, ctx):
+def _form_elementwise_groups(order, ctx, position):
     group_of = {}
-    for op in order:
+    for index, op in enumerate(order):
         if not _elementwise(op, ctx):
             continue
         group = Group(op)
@@ -151,11 +159,14 @@ def _form_elementwise_groups(order, ctx):
                       and other.external_outputs() == [var]
                       and all(c is reader for c in var.consumers)):
                 continue
-            members = group.members() | other.members()
-            if (_reaches(other.ops, group.members(), members, group_of)
-                    or _reaches(group.ops, other.members(), members, group_of)):
+            if len(other.ops) + len(group.ops) > _MAX_GROUP:
                 continue
-            group.ops = sorted(other.ops + group.ops, key=order.index)
+            members = group.members() | other.members()
+            horizon = (position, index)
+            if (_reaches(other.ops, group.members(), members, group_of, horizon)
+                    or _reaches(group.ops, other.members(), members, group_of, horizon)):
+                continue
+            group.ops = list(heapq.merge(other.ops, group.ops, key=lambda o: position[id(o)]))
             for member in other.ops:
                 group_of[id(member)] = group
     return group_of
@@ -222,7 +233,7 @@ def _recipe(group, inputs):
     for op in group.ops:
         for var in op.inputs:
             uses[id(var)] = uses.get(id(var), 0) + 1
-    refs, assignments = {}, []
+    refs, assignments, depths = {}, [], {}
     if group.host is not None:
         refs[id(group.host.outputs[0])] = recipes.Ref("%", 0)
         inputs.append(None)     # the product is %0
@@ -237,14 +248,16 @@ def _recipe(group, inputs):
 
     for op in group.ops:
         expr = recipes.Call(op.type, tuple(operand(v) for v in op.inputs))
+        depth = 1 + max(depths.get(id(v), 0) for v in op.inputs)
         var = op.outputs[0]
         if var in outputs:
             target = recipes.Ref("@", outputs.index(var))
-        elif uses.get(id(var), 0) > 1:
+        elif uses.get(id(var), 0) > 1 or depth >= _INLINE_DEPTH:
             target = recipes.Ref("$", temporaries)
             temporaries += 1
         else:
             refs[id(var)] = expr         # used once: inlined into its consumer
+            depths[id(var)] = depth
             continue
         assignments.append((target, expr))
         refs[id(var)] = target
@@ -288,14 +301,15 @@ def fuse(flow, ctx):
     changed = False
     for func in flow.funcs.values():
         order = flow.order(func)
-        group_of = _form_elementwise_groups(order, ctx)
+        position = {id(op): index for index, op in enumerate(order)}
+        group_of = _form_elementwise_groups(order, ctx, position)
         _absorb_epilogues(order, group_of)
         _add_trailing_reductions(order, group_of)
         groups = list({id(g): g for g in group_of.values()}.values())
         for group in groups:
             if len(group.ops) + (group.host is not None) < 2:
                 continue
-            group.ops.sort(key=order.index)
+            group.ops.sort(key=lambda o: position[id(o)])
             fused = _rewrite(flow, func, group)
             ctx.log(f"fused {len(group.ops) + (group.host is not None)} ops into "
                     f"{fused.name}: {fused.attrs['expr']}")
