@@ -18,7 +18,7 @@ import time
 
 import llvmlite.ir as ir
 
-from myelin import optimize
+from myelin import limits, optimize
 from myelin.optimize import loops
 from myelin.codegen.llvm import codecache, elementwise, engine, kernels, tuning
 from myelin.codegen.llvm.threads import default_threads
@@ -79,13 +79,17 @@ class Compiler:
     :func:`~myelin.codegen.llvm.kernels.select`); a planner for another back end passes its
     own, whose ``backend`` attribute names that back end in errors
     (:mod:`myelin.codegen.cuda.planner`).
+    ``max_tensor_bytes`` bounds each tensor planned and each cell's instance block (bytes, or
+    a size such as "8G"; default $MYELIN_MAX_TENSOR_BYTES, else 4 GiB): a flow asking for more
+    raises LimitError at compile time, before anything is allocated (see :mod:`myelin.limits`).
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
                  threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
-                 loops=None, progress=None, select=None):
+                 loops=None, progress=None, select=None, max_tensor_bytes=None):
         self.target = targets.host(features)
+        self.max_tensor_bytes = limits.as_bytes(max_tensor_bytes)
         self.select = select or kernels.select
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
@@ -171,6 +175,10 @@ class Compiler:
     def prepare(self, flow, target):
         """Optimize a copy of ``flow`` and plan its functions for ``target``: returns (the
         optimized flow, a :class:`PlannedCell` per function, its globals by name)."""
+        with limits.scope(self.max_tensor_bytes):
+            return self._prepare(flow, target)
+
+    def _prepare(self, flow, target):
         self.progress("optimize", 0, 0)
         start = time.perf_counter()
         calls = [op.name for op in flow.ops.values() if control.is_control(op)]
@@ -321,6 +329,7 @@ class Compiler:
             if not looping:     # (a value computed once could not stand for an Assign per round)
                 steps = fold_assigns(steps)
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
+            limits.check(sizes[0], f"the instance of cell {func.name}")
         repeat = self._repeat(func.name, tensors, start) if looping else None
         return PlannedCell(func.name, steps, tensors, sizes, repeat)
 
@@ -369,6 +378,8 @@ class Compiler:
                           aliases=list(var.aliases), is_output=var.is_output,
                           alignment=8 if ref else self.alignment, ref=ref)
         spec.var = var
+        if kind != CONSTANT:
+            limits.check(spec.size, f"tensor {var.name} ({spec.type_string()})")
         return spec
 
     def _check_supported(self, planned):

@@ -50,3 +50,10 @@ class CompileError(MyelinError, RuntimeError):
 class DeviceError(MyelinError, RuntimeError):
     """A GPU cannot be used: its driver, the device or a library it needs is missing, or the
     driver reported a failure (out of memory, a failed launch); the message says which."""
+
+
+class LimitError(MyelinError, MemoryError):
+    """Something is larger than a limit myelin keeps to bound its memory and stack: a tensor
+    or an instance over the size limit (:mod:`myelin.limits`, ``MYELIN_MAX_TENSOR_BYTES``),
+    or subgraphs nested too deep. Raised before anything is allocated; the message says how
+    to raise the limit where there is one."""

@@ -25,6 +25,7 @@ later runs. Values are freed after their last use.
 
 import numpy as np
 
+from myelin import limits
 from myelin.errors import FlowError, InputError, ShapeError
 from myelin.flow import dtypes
 from myelin.flow.graph import Function, Variable
@@ -168,6 +169,8 @@ class Interpreter:
             if var.data is None and not var.shape_defined:
                 raise InputError(f"learnable variable {var.name} has no data and shape "
                                  f"{list(var.shape)}; give its value in inputs")
+            if var.data is None:
+                _check_size(var)
             initial = var.data if var.data is not None else np.zeros(var.shape,
                                                                      dtypes.to_numpy(var.dtype))
             self.state[var.name] = self._store(var, initial)
@@ -252,6 +255,8 @@ class Interpreter:
         return [values[var.name] for var in func.results]
 
     def _execute(self, op, env):
+        for var in op.outputs:
+            _check_size(var)
         arguments = [env[id(v)] for v in op.inputs]
         if control.is_control(op):
             results = self._control(op, arguments)
@@ -268,3 +273,11 @@ class Interpreter:
                                  f"{list(value.shape)} for {var.name}, declared "
                                  f"{list(var.shape)}")
             env[id(var)] = value
+
+
+def _check_size(var):
+    """LimitError if ``var``, a tensor of known shape, is over the size limit as the
+    interpreter keeps it (floats as float64)."""
+    if var.dtype in _ARRAY_TYPES and var.shape_defined:
+        itemsize = 8 if var.dtype in dtypes.FLOAT_TYPES else dtypes.itemsize(var.dtype)
+        limits.check_tensor(var.shape, itemsize, f"tensor {var.name} ({var.type_string()})")

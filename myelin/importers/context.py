@@ -8,13 +8,15 @@ Each importer's node context (:class:`myelin.importers.onnx.context.NodeContext`
 
 import numpy as np
 
+from myelin import limits
 from myelin.errors import ShapeError
 from myelin.flow import dtypes
 from myelin.optimize import fold
 
 # Constants computed while importing may be as large as this (the weights of light models
-# are built by ConstantOfShape); larger results stay ops and are computed at run time.
-FOLD_LIMIT = 1 << 30
+# are built by ConstantOfShape); larger results stay ops, computed at run time into the
+# instance, which the compiler checks against the size limit (myelin.limits).
+FOLD_LIMIT = 64 << 20
 
 
 class ConverterContext:
@@ -35,17 +37,27 @@ class ConverterContext:
         """Add a myelin op; returns its output variable (a list if ``outputs`` > 1).
 
         Attributes whose value is None are left out. An op that reads only constants is
-        evaluated at once, its outputs becoming constants.
+        evaluated at once, its outputs becoming constants. An output over the size limit
+        raises LimitError (:mod:`myelin.limits`).
         """
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
         op = self.b._make(op_type, list(inputs), attrs=attrs)
         results = list(op.outputs)
-        arrays = fold.evaluate(op, FOLD_LIMIT)
+        for var in results:
+            self.check_size(var.shape, var.dtype)
+        arrays = fold.evaluate(op, min(FOLD_LIMIT, limits.max_tensor_bytes()))
         if arrays is not None:
             fold.replace_by_constants(self.b.flow, op, arrays)
         if outputs == 1 and len(results) == 1:
             return results[0]
         return results
+
+    def check_size(self, shape, dtype):
+        """LimitError if a tensor of ``shape`` and ``dtype`` that this node makes would be
+        over the size limit; converters that build arrays from values call it first."""
+        limits.check_tensor(shape, dtypes.itemsize(dtype),
+                            f"node {self.name} ({self.op_type}): a {dtype} tensor of shape "
+                            f"{list(shape)}")
 
     def cast(self, var, dtype):
         """``var`` converted to ``dtype`` (itself if it already is)."""

@@ -9,6 +9,7 @@ larger than ``ctx.fold_limit`` bytes stay.
 
 import numpy as np
 
+from myelin import limits
 from myelin.errors import MyelinError, ShapeError
 from myelin.flow import dtypes
 from myelin.ops import registry
@@ -29,22 +30,27 @@ def _arguments(op):
     return None
 
 
-def _foldable(op, limit):
-    """True if folding ``op`` is allowed and its declared outputs fit in ``limit`` bytes."""
+def _foldable(op):
+    """True if folding ``op`` is allowed."""
     return (not is_stateful(op)
             and any(var.consumers for var in op.outputs)
-            and all(not pinned(var) and var.dtype in _ARRAY_TYPES
-                    and not (var.shape_defined
-                             and var.elements * dtypes.itemsize(var.dtype) > limit)
-                    for var in op.outputs))
+            and all(not pinned(var) and var.dtype in _ARRAY_TYPES for var in op.outputs))
+
+
+def _declared_fit(op, limit):
+    """True unless an output of ``op`` of known shape is declared larger than ``limit``
+    bytes (then folding it is not even tried)."""
+    return all(not var.shape_defined
+               or limits.tensor_bytes(var.shape, dtypes.itemsize(var.dtype)) <= limit
+               for var in op.outputs if var.dtype in _ARRAY_TYPES)
 
 
 def evaluate(op, limit, log=None):
     """The output arrays of ``op`` (each of its output's type) if it reads only constants;
-    None if it does not, if the reference fails (reported to ``log``) or if a result is over
-    ``limit`` bytes."""
+    None if it does not, if an output is over ``limit`` bytes (as declared, checked before
+    computing anything, or as computed) or if the reference fails (reported to ``log``)."""
     arguments = _arguments(op)
-    if arguments is None:
+    if arguments is None or not _declared_fit(op, limit):
         return None
     try:
         with np.errstate(all="ignore"):
@@ -78,7 +84,7 @@ def fold_constants(flow, ctx):
     changed = False
     for func in flow.funcs.values():
         for op in flow.order(func):
-            if not _foldable(op, ctx.fold_limit):
+            if not _foldable(op):
                 continue
             arrays = evaluate(op, ctx.fold_limit, ctx.log)
             if arrays is None:

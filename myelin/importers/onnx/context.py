@@ -106,8 +106,56 @@ class NodeContext(ConverterContext):
 
     def ints(self, index, default=None):
         """The constant int vector input ``index`` as a list (``default`` if absent)."""
+        value = self._vector(index)
+        return default if value is None else [int(v) for v in value]
+
+    def floats(self, index, default=None):
+        """The constant vector input ``index`` as a list of floats (``default`` if absent)."""
+        value = self._vector(index)
+        return default if value is None else [float(v) for v in value]
+
+    def scalar(self, index, default=None):
+        """The one element of constant input ``index`` (a NumPy scalar; ``default`` if
+        absent); ShapeError unless it has exactly one element."""
         value = self.value(index)
-        return default if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+        if value is None:
+            return default
+        if np.size(value) != 1:
+            raise self.error(f"input {index} must have one element, not shape "
+                             f"{list(np.shape(value))}")
+        return np.asarray(value).reshape(-1)[0]
+
+    def _vector(self, index):
+        value = self.value(index)
+        if value is not None and np.ndim(value) > 1:
+            raise self.error(f"input {index} must be a vector, not of shape "
+                             f"{list(np.shape(value))}")
+        return None if value is None else np.asarray(value).reshape(-1)
+
+    def axis(self, axis, rank, past_end=False):
+        """``axis`` of a tensor of ``rank`` axes, counted from the end when negative;
+        ShapeError unless -rank <= axis < rank (<= rank with ``past_end``: the position
+        after the last axis, as Flatten's axis may be)."""
+        axis = int(axis)
+        if not -rank <= axis < rank + past_end:
+            raise self.error(f"axis {axis} is out of range for rank {rank}")
+        return axis + rank if axis < 0 else axis
+
+    def legacy_broadcast(self):
+        """Before opset 7, an element-wise op with two inputs broadcast input 1 only with the
+        attribute ``broadcast`` set, aligned with input 0 at attribute ``axis`` if given
+        (else at the end, as NumPy does): input 1 is reshaped with trailing ones so that
+        NumPy's broadcasting does the same. Nodes without both attributes are left as
+        they are."""
+        if not {"broadcast", "axis"} <= self.attrs.keys() or not self.attrs["broadcast"] \
+                or not (self.has(0) and self.has(1)):
+            return
+        a, b = self.input(0), self.input(1)
+        axis = self.axis(self.attrs["axis"], a.rank)
+        if axis + b.rank > a.rank:
+            raise self.error(f"shape {list(b.shape)} does not fit shape {list(a.shape)} from "
+                             f"axis {axis}")
+        self._inputs[1] = self.reshape(b, b.shape + (1,) * (a.rank - axis - b.rank))
 
     def attr(self, name, default=_REQUIRED):
         """The value of attribute ``name``; a missing required attribute raises ShapeError."""

@@ -17,7 +17,9 @@ import logging
 import numpy as np
 import onnx
 
-from myelin.errors import InputError, ShapeError, UnsupportedOpError, UnsupportedTypeError
+from myelin import limits
+from myelin.errors import (InputError, LimitError, ShapeError, UnsupportedOpError,
+                           UnsupportedTypeError)
 from myelin.flow import Flow, dtypes
 from myelin.flow.builder import Builder
 from myelin.importers.onnx import converters, proto
@@ -47,19 +49,33 @@ class ImportedGraph:
     specialized: dict      # graph input name -> the value the flow was specialized on
 
 
+MAX_DEPTH = 16     # subgraphs (If branches, Loop and Scan bodies) nest at most this deep
+
+
 def check_supported(model):
-    """Raise UnsupportedTypeError for a graph input or output of a type myelin lacks, then
-    UnsupportedOpError listing every node (type, opset, name) without a converter, those of
-    subgraphs (If branches, Loop and Scan bodies) included."""
+    """Check the model before importing it: UnsupportedTypeError for a graph input or output
+    of a type myelin lacks; UnsupportedOpError for an ai.onnx opset myelin does not import,
+    then one listing every node (type, opset, name) without a converter or that ONNX does
+    not define at that opset, those of subgraphs (If branches, Loop and Scan bodies)
+    included; LimitError for subgraphs nested more than MAX_DEPTH deep; ShapeError listing
+    every node that does not fit its op's ONNX schema (numbers of inputs and outputs,
+    attribute names and types, required attributes)."""
     for info in list(model.graph.input) + list(model.graph.output):
         proto.value_type(info)
+    proto.check_opset(model)
     version = proto.opset(model)
-    missing = []
+    missing, problems = [], []
     for node in _nodes(model.graph):
+        schema = proto.schema(node, version)
+        domain = node.domain or "ai.onnx"
         if converters.find(node.op_type, node.domain) is None:
-            domain = node.domain or "ai.onnx"
             missing.append((f"{node.op_type} (opset {version}, domain {domain})",
-                            node.name or node.output[0]))
+                            proto.node_name(node)))
+        elif schema is None:
+            missing.append((f"{node.op_type} (not an op of opset {version}, domain {domain})",
+                            proto.node_name(node)))
+        else:
+            problems.extend(proto.schema_problems(node, schema))
     if missing:
         by_type = {}
         for op_type, name in missing:
@@ -67,18 +83,27 @@ def check_supported(model):
         listed = "; ".join(f"{t}: {', '.join(names)}" for t, names in by_type.items())
         raise UnsupportedOpError(f"the model uses ops myelin does not support: {listed}",
                                  [name for _, name in missing])
+    if problems:
+        raise ShapeError("the model's nodes do not fit their ops' ONNX schemas: "
+                         + "; ".join(problems))
 
 
 def _nodes(graph):
-    """The nodes of ``graph`` and of its subgraphs (graph attributes), depth first."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for subgraph in attr.graphs:
-                    yield from _nodes(subgraph)
+    """The nodes of ``graph`` and of its subgraphs (graph attributes), each graph's in
+    order; LimitError for subgraphs nested more than MAX_DEPTH deep."""
+    pending = [(graph, 0)]
+    while pending:
+        graph, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise LimitError(f"the model nests subgraphs (If branches, Loop and Scan bodies) "
+                             f"more than {MAX_DEPTH} deep")
+        for node in graph.node:
+            yield node
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    pending.append((attr.g, depth + 1))
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    pending.extend((subgraph, depth + 1) for subgraph in attr.graphs)
 
 
 def import_graph(model, shapes=None, values=None, specialize=(), func="main"):
@@ -121,6 +146,7 @@ class _GraphImporter:
         self.flow = Flow()
         self.builder = Builder(self.flow, func)
         self.vars = {}              # ONNX value name -> Variable
+        self.bound = set()          # ids of the variables in vars
         self.graph_inputs = {}      # Variable id -> ONNX input name
         self.parent = None          # the importer of the graph around a subgraph
 
@@ -199,8 +225,9 @@ class _GraphImporter:
         if isinstance(var, Sequence):
             self.vars[name] = var
             return
-        shared = any(existing is var for existing in self.vars.values())
+        shared = id(var) in self.bound
         self.vars[name] = var
+        self.bound.add(id(var))
         wanted = self.builder._name(name)
         if var.name == wanted or self.flow.var_named(wanted) is not None:
             return
@@ -222,11 +249,11 @@ class _GraphImporter:
                     isinstance(d, int) and d != g for d, g in zip(declared, given))):
                 raise InputError(f"input {info.name} has shape {list(given)}, the model "
                                  f"declares {_shape_text(declared)}")
-            return dtype, given
+            return dtype, _checked_shape(info.name, dtype, given)
         if declared is None or any(not isinstance(d, int) for d in declared):
             raise InputError(f"input {info.name} has dynamic shape {_shape_text(declared)}: "
                              f"give its shape or a value")
-        return dtype, declared
+        return dtype, _checked_shape(info.name, dtype, declared)
 
     def _input_value(self, info):
         dtype, _ = proto.value_type(info)
@@ -261,6 +288,7 @@ class _GraphImporter:
                 raise ShapeError(f"node {node.name or node.output[0]} ({node.op_type}) reads "
                                  f"{name!r}, which no earlier node or input defines")
         ctx = NodeContext(self, node, proto.attributes(node), inputs)
+        ctx.legacy_broadcast()
         convert = converters.find(node.op_type, node.domain)
         results = convert(ctx)
         if isinstance(results, Sequence) or not isinstance(results, (list, tuple)):
@@ -320,6 +348,16 @@ class _Scope(_GraphImporter):
         self.vars[name] = var
         if not isinstance(var, Sequence) and self.flow.var_named(self.builder._name(name)) is None:
             self.flow.add_alias(var, self.builder._name(name))
+
+
+def _checked_shape(name, dtype, shape):
+    """``shape`` of graph input ``name``; InputError for a negative dimension, LimitError
+    for an input over the size limit."""
+    if any(d < 0 for d in shape):
+        raise InputError(f"input {name} has shape {list(shape)}: dimensions are sizes, not "
+                         f"negative")
+    limits.check_tensor(shape, dtypes.itemsize(dtype), f"input {name} ({dtype}{list(shape)})")
+    return shape
 
 
 def _shape_text(shape):

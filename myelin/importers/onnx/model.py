@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from myelin import limits
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.importers.onnx import importer, proto, staged
@@ -111,11 +112,13 @@ class OnnxModel:
     none, so such a model needs it. ``input_shapes`` (name -> shape) fixes dynamic dimensions
     and compiles at once; otherwise the first :meth:`run` compiles for its inputs. At most
     ``max_signatures`` compiled signatures are kept, the least recently used going first.
-    ``compiler_options`` go to :class:`myelin.Compiler`. A model with control flow (If, Loop,
-    Scan that stay in the imported flow) is compiled by :func:`myelin.control.compile` with
-    the same options and runs on its VM. A model whose shapes depend on values computed at run
-    time (NonZero, NonMaxSuppression, ...) runs in stages, ``staged`` (:mod:`.staged`; None
-    for other models), whose ``compiles`` list the stages' compiles.
+    ``compiler_options`` go to :class:`myelin.Compiler` (``max_tensor_bytes`` bounds the
+    tensors of the import as well as those compiled, see :mod:`myelin.limits`). A model
+    with control flow (If, Loop, Scan that stay in the imported flow) is compiled by
+    :func:`myelin.control.compile` with the same options and runs on its VM. A model whose
+    shapes depend on values computed at run time (NonZero, NonMaxSuppression, ...) runs in
+    stages, ``staged`` (:mod:`.staged`; None for other models), whose ``compiles`` list the
+    stages' compiles.
     """
 
     def __init__(self, model, input_shapes=None, base_dir=None, max_signatures=8,
@@ -235,7 +238,8 @@ class OnnxModel:
         from myelin.compiler import Compiler
 
         start = time.perf_counter()
-        imported = importer.import_graph(self.proto, shapes, feeds, self._value_inputs)
+        with limits.scope(self.compiler_options.get("max_tensor_bytes")):   # (import too)
+            imported = importer.import_graph(self.proto, shapes, feeds, self._value_inputs)
         self._value_inputs |= set(imported.specialized)
         # Inputs found to be read as values are now part of the signature.
         signature = self._signature(feeds) if feeds else _shape_signature(imported)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from myelin.errors import FlowFormatError, UnsupportedTypeError
+from myelin.errors import FlowFormatError, UnsupportedOpError, UnsupportedTypeError
 from myelin.flow import dtypes
 from myelin.importers.onnx import external
 
@@ -30,6 +30,8 @@ _TYPES = {
     onnx.TensorProto.BOOL: "bool",
 }
 _ONNX_TYPES = {name: code for code, name in _TYPES.items()}
+
+OPSETS = range(1, 29)        # the ai.onnx opsets myelin imports
 
 
 def load(model, base_dir=None):
@@ -58,9 +60,20 @@ def load(model, base_dir=None):
 
 
 def _checked(model, what):
-    """``model``, or FlowFormatError if it has no graph (an empty file parses as one)."""
+    """``model``, or FlowFormatError if it has no graph (an empty file parses as one) or a
+    string that is not UTF-8 text (protobuf hands such a string over as bytes)."""
     if not model.HasField("graph"):
         raise FlowFormatError(f"{what} is not an ONNX model: it has no graph")
+    pending = [model]
+    while pending:
+        message = pending.pop()
+        for field, value in message.ListFields():
+            values = value if field.is_repeated else [value]
+            if field.type == field.TYPE_MESSAGE:
+                pending.extend(values)
+            elif field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+                raise FlowFormatError(f"{what} is not an ONNX model: a {field.name} of a "
+                                      f"{message.DESCRIPTOR.name} is not UTF-8 text")
     return model
 
 
@@ -70,6 +83,69 @@ def opset(model, domain=""):
         if entry.domain in (domain, "ai.onnx" if domain == "" else domain):
             return entry.version
     return 1 if domain == "" else None
+
+
+def check_opset(model):
+    """UnsupportedOpError unless the model's ai.onnx opset is one of :data:`OPSETS`."""
+    version = opset(model)
+    if version not in OPSETS:
+        raise UnsupportedOpError(f"the model imports ai.onnx opset {version}: myelin imports "
+                                 f"opsets {OPSETS.start} to {OPSETS.stop - 1}")
+
+
+def node_name(node):
+    """How messages name a node: its name, else its first output, else its op type."""
+    return node.name or next((o for o in node.output if o), "") or f"a {node.op_type} node"
+
+
+def schema(node, version):
+    """The ONNX schema of ``node``'s op at opset ``version``, or None if ONNX defines no such
+    op (in that domain, at that opset)."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        return onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def schema_problems(node, found):
+    """What is wrong with ``node`` by the ONNX schema ``found``: its numbers of inputs and
+    outputs, attributes the op does not have or of another type, required ones missing.
+    A list of messages (empty when it fits)."""
+    where = f"node {node_name(node)} ({node.op_type})"
+    problems = []
+    for what, count, low, high in (("inputs", len(node.input), found.min_input,
+                                    found.max_input),
+                                   ("outputs", len(node.output), found.min_output,
+                                    found.max_output)):
+        if not low <= count <= high:
+            wanted = f"{low}" if low == high else f"{low} to {high}" if high < 2**31 - 1 \
+                else f"at least {low}"
+            problems.append(f"{where} has {count} {what}, the op takes {wanted}")
+    for index, formal in enumerate(found.inputs):
+        if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single and \
+                index < len(node.input) and not node.input[index]:
+            problems.append(f"{where} leaves out input {index} ({formal.name}), which the op "
+                            f"requires")
+    given = set()
+    for attr in node.attribute:
+        declared = found.attributes.get(attr.name)
+        given.add(attr.name)
+        if declared is None:
+            problems.append(f"{where} has attribute {attr.name!r}, which the op does not have")
+        elif attr.type != declared.type.value:
+            problems.append(f"{where}: attribute {attr.name} is "
+                            f"{_attribute_type_name(attr.type)}, the op takes "
+                            f"{_attribute_type_name(declared.type.value)}")
+    for name, declared in found.attributes.items():
+        if declared.required and name not in given:
+            problems.append(f"{where} lacks attribute {name}, which the op requires")
+    return problems
+
+
+def _attribute_type_name(code):
+    names = onnx.AttributeProto.AttributeType
+    return names.Name(code) if code in names.values() else f"type {code}"
 
 
 def dtype_of(code, where):
@@ -96,7 +172,11 @@ def to_array(tensor):
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         raise FlowFormatError(f"tensor {tensor.name!r} keeps its data in an external file, "
                               f"where myelin reads only the tensors of a model's graphs")
-    return np.asarray(numpy_helper.to_array(tensor))
+    try:
+        return np.asarray(numpy_helper.to_array(tensor))
+    except ValueError as error:     # data that does not fill the shape, ...
+        raise FlowFormatError(f"tensor {tensor.name!r} of shape {list(tensor.dims)} is "
+                              f"malformed: {error}") from None
 
 
 def value_type(info):
@@ -129,11 +209,15 @@ def attributes(node):
             raise UnsupportedTypeError(f"node {node.name!r} ({node.op_type}): attribute "
                                        f"{attr.name} refers to a function attribute")
         value = onnx.helper.get_attribute_value(attr)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8")
-        elif isinstance(value, onnx.TensorProto):
+        try:
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                value = [v.decode("utf-8") for v in value]
+        except UnicodeDecodeError:
+            raise FlowFormatError(f"node {node_name(node)} ({node.op_type}): attribute "
+                                  f"{attr.name} is not valid UTF-8") from None
+        if isinstance(value, onnx.TensorProto):
             value = to_array(value)
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode("utf-8") for v in value]
         values[attr.name] = value
     return values

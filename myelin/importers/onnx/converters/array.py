@@ -8,12 +8,9 @@ Because shapes are concrete, shape queries (Shape, Size) become constants.
 
 import numpy as np
 
+from myelin.flow import dtypes
 from myelin.importers.onnx import proto
 from myelin.importers.onnx.converters import converter
-
-
-def _axis(axis, rank):
-    return axis + rank if axis < 0 else axis
 
 
 def _axes(ctx, index, attr="axes"):
@@ -38,7 +35,7 @@ def _reshape(ctx):
 @converter("Flatten")
 def _flatten(ctx):
     x = ctx.input(0)
-    axis = _axis(ctx.attr("axis", 1), x.rank)
+    axis = ctx.axis(ctx.attr("axis", 1), x.rank, past_end=True)
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     return ctx.reshape(x, (outer, int(np.prod(x.shape[axis:], dtype=np.int64))))
 
@@ -49,7 +46,7 @@ def _squeeze(ctx):
     axes = _axes(ctx, 1)
     if axes is None:
         axes = [i for i, d in enumerate(x.shape) if d == 1]
-    axes = {_axis(a, x.rank) for a in axes}
+    axes = {ctx.axis(a, x.rank) for a in axes}
     for a in axes:
         if x.shape[a] != 1:
             raise ctx.error(f"axis {a} of shape {list(x.shape)} is not 1")
@@ -61,7 +58,7 @@ def _unsqueeze(ctx):
     x = ctx.input(0)
     axes = _axes(ctx, 1)
     rank = x.rank + len(axes)
-    axes = sorted(_axis(a, rank) for a in axes)
+    axes = sorted(ctx.axis(a, rank) for a in axes)
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)
@@ -79,7 +76,7 @@ def _transpose(ctx):
 
 @converter("Concat")
 def _concat(ctx):
-    axis = _axis(ctx.attr("axis"), ctx.input(0).rank)
+    axis = ctx.axis(ctx.attr("axis", 1), ctx.input(0).rank)     # (optional before opset 4)
     parts = [var for var in ctx.inputs if 0 not in var.shape]
     if len(parts) == 1:
         return parts[0]
@@ -98,7 +95,7 @@ def _slice(ctx, x, begins, ends):
 @converter("Split")
 def _split(ctx):
     x = ctx.input(0)
-    axis = _axis(ctx.attr("axis", 0), x.rank)
+    axis = ctx.axis(ctx.attr("axis", 0), x.rank)
     count = ctx.num_outputs
     sizes = list(ctx.attrs["split"]) if "split" in ctx.attrs else ctx.ints(1)
     if sizes is None:
@@ -129,7 +126,7 @@ def _slice_op(ctx):
     else:
         starts, ends = ctx.ints(1), ctx.ints(2)
         axes, steps = ctx.ints(3), ctx.ints(4)
-    axes = [_axis(a, x.rank) for a in (axes if axes is not None else range(len(starts)))]
+    axes = [ctx.axis(a, x.rank) for a in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(axes)
     begins, stops = [0] * x.rank, list(x.shape)
     strided = {}
@@ -152,7 +149,7 @@ def _slice_op(ctx):
 def _gather(ctx):
     """Rows along ``axis``; negative indices count from the end (ONNX)."""
     data, indices = ctx.input(0), ctx.input(1)
-    axis = _axis(ctx.attr("axis", 0), data.rank)
+    axis = ctx.axis(ctx.attr("axis", 0), data.rank)
     size = data.shape[axis]
     if indices.data is not None:
         indices = ctx.const(np.where(indices.data < 0, indices.data + size, indices.data),
@@ -167,7 +164,10 @@ def _gather(ctx):
 @converter("Expand")
 def _expand(ctx):
     x = ctx.input(0)
-    shape = tuple(np.broadcast_shapes(x.shape, tuple(ctx.ints(1))))
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, tuple(ctx.ints(1))))
+    except ValueError:       # (negative sizes too)
+        raise ctx.error(f"shape {list(x.shape)} does not broadcast to {ctx.ints(1)}") from None
     if shape == x.shape:
         return x
     return ctx.op("BroadcastTo", [x], {"shape": list(shape)})
@@ -175,7 +175,14 @@ def _expand(ctx):
 
 @converter("Tile")
 def _tile(ctx):
-    return ctx.op("Tile", [ctx.input(0)], {"repeats": ctx.ints(1)})
+    """Repeats per axis (input 1); before opset 6, ``tiles`` repeats along ``axis`` (inputs
+    1 and 2)."""
+    x = ctx.input(0)
+    if len(ctx) == 3:
+        repeats = [1] * x.rank
+        repeats[ctx.axis(ctx.ints(2)[0], x.rank)] = ctx.ints(1)[0]
+        return ctx.op("Tile", [x], {"repeats": repeats})
+    return ctx.op("Tile", [x], {"repeats": ctx.ints(1)})
 
 
 @converter("Pad")
@@ -184,7 +191,8 @@ def _pad(ctx):
     x = ctx.input(0)
     mode = ctx.attr("mode", "constant")
     if ctx.opset < 11:
-        pads, value, axes = list(ctx.attr("pads")), ctx.attr("value", 0.0), None
+        pads = list(ctx.attr("pads" if ctx.opset >= 2 else "paddings"))
+        value, axes = ctx.attr("value", 0.0), None
         value_var = ctx.const(value, x.dtype)
     else:
         pads = ctx.ints(1)
@@ -192,7 +200,7 @@ def _pad(ctx):
         axes = ctx.ints(3)
     if axes is not None:
         full = [0] * (2 * x.rank)
-        axes = [_axis(a, x.rank) for a in axes]
+        axes = [ctx.axis(a, x.rank) for a in axes]
         for i, a in enumerate(axes):
             full[a], full[a + x.rank] = pads[i], pads[i + len(axes)]
         pads = full
@@ -216,8 +224,12 @@ def _constant(ctx):
 
 @converter("ConstantOfShape")
 def _constant_of_shape(ctx):
-    fill = ctx.attr("value", np.zeros(1, np.float32))
-    return ctx.const(np.full(ctx.ints(0), np.asarray(fill).reshape(-1)[0], fill.dtype))
+    """The fill value broadcast to the shape: a constant when it is small enough to fold (see
+    ``ctx.op``), else an op that fills it at run time."""
+    fill = np.asarray(ctx.attr("value", np.zeros(1, np.float32)))
+    if fill.size != 1:
+        raise ctx.error(f"value must have one element, not shape {list(fill.shape)}")
+    return ctx.op("BroadcastTo", [ctx.const(fill.reshape(()))], {"shape": ctx.ints(0)})
 
 
 @converter("Shape")
@@ -241,6 +253,10 @@ def _range(ctx):
     start, limit, delta = (value.reshape(-1)[0] for value in values)
     if delta == 0:
         raise ctx.error("delta must not be 0")
+    count = (limit.item() - start.item()) / delta.item()
+    if not np.isfinite(count):
+        raise ctx.error(f"start {start}, limit {limit} and delta {delta} give no length")
+    ctx.check_size([max(int(np.ceil(count)), 0)], dtypes.from_numpy(values[0].dtype))
     return ctx.const(np.arange(start, limit, delta).astype(values[0].dtype))
 
 
@@ -249,8 +265,10 @@ def _eye_like(ctx):
     x = ctx.input(0)
     dtype = proto.dtype_of(ctx.attr("dtype"), f"EyeLike {ctx.name}") if "dtype" in ctx.attrs \
         else x.dtype
-    rows, cols = x.shape
-    return ctx.const(np.eye(rows, cols, ctx.attr("k", 0)), dtype)
+    if x.rank != 2:
+        raise ctx.error(f"input must be 2-D, not of shape {list(x.shape)}")
+    ctx.check_size(x.shape, dtype)
+    return ctx.const(np.eye(*x.shape, ctx.attr("k", 0), dtypes.to_numpy(dtype)))
 
 
 @converter("DepthToSpace")

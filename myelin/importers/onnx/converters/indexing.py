@@ -31,7 +31,7 @@ def _scatter_nd(ctx):
 
 @converter("CumSum")
 def _cumsum(ctx):
-    return ctx.op("CumSum", [ctx.input(0)], {"axis": int(ctx.value(1).reshape(-1)[0]),
+    return ctx.op("CumSum", [ctx.input(0)], {"axis": int(ctx.scalar(1)),
                                              "exclusive": bool(ctx.attr("exclusive", 0)),
                                              "reverse": bool(ctx.attr("reverse", 0))})
 
@@ -39,7 +39,7 @@ def _cumsum(ctx):
 @converter("TopK")
 def _topk(ctx):
     """The k largest or smallest values and their indices; k is an attribute before opset 10."""
-    k = ctx.attr("k") if ctx.opset < 10 else int(ctx.value(1).reshape(-1)[0])
+    k = ctx.attr("k") if ctx.opset < 10 else int(ctx.scalar(1))
     return ctx.op("TopK", [ctx.input(0)], {"k": k, "axis": ctx.attr("axis", -1),
                                            "largest": bool(ctx.attr("largest", 1)),
                                            "sorted": bool(ctx.attr("sorted", 1))}, outputs=2)
@@ -51,13 +51,13 @@ def _one_hot(ctx):
     if indices.dtype not in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                              "uint64"):
         indices = ctx.cast(indices, "int64")   # ONNX allows float indices
-    depth = int(np.asarray(ctx.value(1)).reshape(-1)[0])
+    depth = int(ctx.scalar(1))
     return ctx.op("OneHot", [indices, values], {"depth": depth, "axis": ctx.attr("axis", -1)})
 
 
 @converter("Trilu")
 def _trilu(ctx):
-    k = int(ctx.value(1).reshape(-1)[0]) if ctx.has(1) else 0
+    k = int(ctx.scalar(1, 0))
     return ctx.op("Trilu", [ctx.input(0)], {"upper": bool(ctx.attr("upper", 1)), "k": k})
 
 

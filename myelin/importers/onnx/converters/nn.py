@@ -93,9 +93,15 @@ def _max_pool(ctx):
 
 
 # Normalizations.
+def _inference(ctx):
+    """False for a node of an opset before 7 without ``is_test`` set: then it is in training
+    mode, by default."""
+    return ctx.attr("is_test", ctx.opset >= 7)
+
+
 @converter("BatchNormalization")
 def _batch_norm(ctx):
-    if ctx.attr("training_mode", 0):
+    if ctx.attr("training_mode", 0) or not _inference(ctx):
         raise ctx.error("training mode is not supported (inference only)")
     if any(ctx.node.output[1:]):
         raise ctx.error("the running statistics outputs are training-only")
@@ -206,7 +212,7 @@ def _log_softmax(ctx):
 @converter("Dropout")
 def _dropout(ctx):
     """The identity at inference (training_mode absent or false); the mask is all true."""
-    if ctx.has(2) and np.any(ctx.value(2)):
+    if ctx.has(2) and np.any(ctx.value(2)) or not _inference(ctx):
         raise ctx.error("training mode is not supported (inference only)")
     x = ctx.input(0)
     if ctx.num_outputs > 1 and ctx.node.output[1]:

@@ -30,10 +30,6 @@ _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
            "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
 
 
-def _axis(axis, rank):
-    return axis + rank if axis < 0 else axis
-
-
 def _broadcastable(ctx, param, shape, axis, block_size=0):
     """A scale or zero point reshaped (or repeated, when blocked) to broadcast against an
     input of ``shape``; ``axis`` is its quantization axis."""
@@ -41,7 +37,7 @@ def _broadcastable(ctx, param, shape, axis, block_size=0):
         return param
     if param.elements == 1:
         return ctx.reshape(param, ())
-    axis = _axis(axis, len(shape))
+    axis = ctx.axis(axis, len(shape))
     if not block_size:
         if param.rank != 1 or param.shape[0] != shape[axis]:
             raise ctx.error(f"a per-axis parameter of shape {list(param.shape)} does not fit "

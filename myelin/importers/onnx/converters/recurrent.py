@@ -14,7 +14,12 @@ direction reads each sequence backwards from its own last step, as ONNX Runtime 
 
 import numpy as np
 
+from myelin.errors import LimitError
 from myelin.importers.onnx.converters import converter
+
+# Each step is code of its own, and compiling takes time growing with the square of the steps
+# (150 steps of a small LSTM: 37 s): longer sequences raise LimitError.
+MAX_STEPS = 256
 
 # Activation name (lower case) -> (default alpha, default beta); None: takes no such value.
 _ACTIVATION_PARAMS = {
@@ -100,7 +105,13 @@ class _Recurrence:
         self.x = x
         self.dtype = x.dtype
         self.seq, self.batch, self.input_size = x.shape
-        w = ctx.input(1)
+        if self.seq > MAX_STEPS:
+            raise LimitError(f"node {ctx.name} ({ctx.op_type}): {self.seq} time steps; myelin "
+                             f"unrolls recurrences of at most {MAX_STEPS} steps")
+        w, r = ctx.input(1), ctx.input(2)
+        if w.rank != 3 or r.rank != 3:
+            raise ctx.error(f"W and R must be 3-D, not of shapes {list(w.shape)} and "
+                            f"{list(r.shape)}")
         self.directions = w.shape[0]
         direction = ctx.attr("direction", "forward")
         expected = 2 if direction == "bidirectional" else 1
@@ -109,8 +120,12 @@ class _Recurrence:
             raise ctx.error(f"direction {direction!r} with {self.directions} weight sets")
         self.reverse = [False, True] if direction == "bidirectional" else \
             [direction == "reverse"]
-        self.hidden = ctx.attr("hidden_size", None) or ctx.input(2).shape[-1]
+        self.hidden = r.shape[-1]
+        if ctx.attr("hidden_size", self.hidden) != self.hidden:
+            raise ctx.error(f"hidden_size {ctx.attr('hidden_size')} does not fit R of shape "
+                            f"{list(r.shape)}")
         self.gates = gates
+        self._check_shapes()
         self.clip = ctx.attr("clip", None)
         self.activations = _activations(ctx, default_activations, self.directions)
         lengths = ctx.ints(4)
@@ -119,6 +134,20 @@ class _Recurrence:
         if lengths is not None and all(n >= self.seq for n in lengths):
             lengths = None
         self.lengths = None if lengths is None else [max(0, min(n, self.seq)) for n in lengths]
+
+    def _check_shapes(self):
+        """ShapeError unless the weights, bias, initial states and peepholes given have the
+        shapes of the directions, gates, hidden and input sizes and the batch."""
+        dirs, rows, hidden = self.directions, self.gates * self.hidden, self.hidden
+        state = (self.batch, dirs, hidden) if self.layout else (dirs, self.batch, hidden)
+        expected = {1: ("W", (dirs, rows, self.input_size)), 2: ("R", (dirs, rows, hidden)),
+                    3: ("B", (dirs, 2 * rows)), 5: ("initial_h", state)}
+        if self.gates == 4:
+            expected.update({6: ("initial_c", state), 7: ("P", (dirs, 3 * hidden))})
+        for index, (name, shape) in expected.items():
+            if self.ctx.has(index) and self.ctx.input(index).shape != shape:
+                raise self.ctx.error(f"input {name} has shape "
+                                     f"{list(self.ctx.input(index).shape)}, not {list(shape)}")
 
     # Small helpers.
     def c(self, value):

@@ -18,7 +18,7 @@ def _axes(ctx, x):
         axes = ctx.attr("axes", None)
     if not axes:
         return None if ctx.attr("noop_with_empty_axes", 0) else list(range(x.rank))
-    return list(axes)
+    return [ctx.axis(a, x.rank) for a in axes]
 
 
 def _reduced(ctx, op_type, x, keepdims=None):

@@ -5,8 +5,6 @@ converter reads ONNX's constant inputs and expands ``axes`` and ``keep_aspect_ra
 (opset 18) into them.
 """
 
-import numpy as np
-
 from myelin.importers.onnx.converters import converter
 
 _PASSED = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
@@ -25,20 +23,19 @@ def _spread(values, axes, rank, fill):
 def _resize(ctx):
     x = ctx.input(0)
     rank = x.rank
-    axes = [a % rank for a in ctx.attr("axes", range(rank))]
+    axes = [ctx.axis(a, rank) for a in ctx.attr("axes", range(rank))]
     if ctx.opset < 11:
-        roi, scales, sizes = None, ctx.value(1), None
+        roi, scales, sizes = None, ctx.floats(1), None
     else:
-        roi, scales, sizes = ctx.value(1), ctx.value(2), ctx.value(3)
+        roi, scales, sizes = ctx.floats(1), ctx.floats(2), ctx.ints(3)
     attrs = {name: ctx.attrs[name] for name in _PASSED if name in ctx.attrs}
-    if roi is not None and roi.size:
-        roi = [float(v) for v in roi.reshape(-1)]
+    if roi:
         attrs["roi"] = (_spread(roi[:len(axes)], axes, rank, 0.0)
                         + _spread(roi[len(axes):], axes, rank, 1.0))
-    if scales is not None and scales.size:
-        attrs["scales"] = _spread([float(v) for v in scales], axes, rank, 1.0)
-    elif sizes is not None and sizes.size:
-        full = _spread([int(v) for v in sizes], axes, rank, None)
+    if scales:
+        attrs["scales"] = _spread(scales, axes, rank, 1.0)
+    elif sizes:
+        full = _spread(sizes, axes, rank, None)
         full = [x.shape[a] if d is None else d for a, d in enumerate(full)]
         ratios = [d / n for d, n in zip(full, x.shape)]
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
@@ -57,8 +54,7 @@ def _upsample(ctx):
     """Upsample: asymmetric coordinates, nearest rounds down; scales an attribute before
     opset 9, an input after."""
     x = ctx.input(0)
-    scales = ctx.attr("scales") if ctx.opset < 9 else ctx.value(1)
-    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    scales = list(ctx.attr("scales")) if ctx.opset < 9 else ctx.floats(1)
     return ctx.op("Resize", [x], {"mode": ctx.attr("mode", "nearest"),
                                   "coordinate_transformation_mode": "asymmetric",
                                   "nearest_mode": "floor", "scales": scales})

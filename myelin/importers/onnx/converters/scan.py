@@ -9,7 +9,7 @@ from myelin.importers.onnx.converters import converter
 
 @converter("CumProd")
 def _cumprod(ctx):
-    return ctx.op("CumProd", [ctx.input(0)], {"axis": int(ctx.value(1).reshape(-1)[0]),
+    return ctx.op("CumProd", [ctx.input(0)], {"axis": int(ctx.scalar(1)),
                                               "exclusive": bool(ctx.attr("exclusive", 0)),
                                               "reverse": bool(ctx.attr("reverse", 0))})
 

@@ -13,7 +13,7 @@ from myelin.flow import dtypes
 from myelin.importers.onnx import proto
 from myelin.importers.onnx.context import Sequence
 from myelin.importers.onnx.converters import converter
-from myelin.importers.onnx.converters.array import _axis, _slice
+from myelin.importers.onnx.converters.array import _slice
 
 
 def _position(ctx, index, length, default, insert=False):
@@ -89,10 +89,7 @@ def _concat_from_sequence(ctx):
         raise ctx.error("cannot concatenate an empty sequence")
     new_axis = ctx.attr("new_axis", 0)
     rank = seq[0].rank + (1 if new_axis else 0)
-    axis = ctx.attr("axis")
-    if not -rank <= axis < rank:
-        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
-    axis = _axis(axis, rank)
+    axis = ctx.axis(ctx.attr("axis"), rank)
     parts = list(seq)
     if new_axis:
         parts = [ctx.reshape(t, t.shape[:axis] + (1,) + t.shape[axis:]) for t in parts]
@@ -115,10 +112,7 @@ def _concat_from_sequence(ctx):
 @converter("SplitToSequence")
 def _split_to_sequence(ctx):
     x = ctx.input(0)
-    axis = ctx.attr("axis", 0)
-    if not -x.rank <= axis < x.rank:
-        raise ctx.error(f"axis {axis} is out of range for rank {x.rank}")
-    axis = _axis(axis, x.rank)
+    axis = ctx.axis(ctx.attr("axis", 0), x.rank)
     length = x.shape[axis]
     split = ctx.value(1)
     if split is None:

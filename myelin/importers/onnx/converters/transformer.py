@@ -15,10 +15,6 @@ from myelin.importers.onnx.converters import converter
 from myelin.importers.onnx.converters.nn import product
 
 
-def _axis(axis, rank):
-    return axis + rank if axis < 0 else axis
-
-
 def _slice(ctx, x, axis, start, stop):
     """``x[..., start:stop, ...]`` along ``axis``."""
     if start == 0 and stop == x.shape[axis]:
@@ -214,7 +210,7 @@ def _stash(ctx, x):
 def _rms_normalization(ctx):
     """x / sqrt(mean(x^2 over the axes from ``axis`` on) + epsilon) * scale."""
     x = ctx.input(0)
-    axis = _axis(ctx.attr("axis", -1), x.rank)
+    axis = ctx.axis(ctx.attr("axis", -1), x.rank)
     wide = _stash(ctx, x)
     mean_square = ctx.op("Mean", [ctx.op("Square", [wide])],
                          {"axis": list(range(axis, x.rank)), "keepdims": True})

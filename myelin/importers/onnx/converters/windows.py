@@ -27,9 +27,10 @@ def window(op_type, size, periodic):
 
 @converter(*_WINDOWS)
 def _window(ctx):
-    size = int(np.asarray(ctx.value(0)).reshape(-1)[0])
+    size = int(ctx.scalar(0))
     if size < 0:
         raise ctx.error(f"size {size} must not be negative")
+    ctx.check_size([size], "float64")      # (the window is computed in float64)
     dtype = proto.dtype_of(ctx.attr("output_datatype", 1), f"{ctx.op_type} {ctx.name}")
     values = window(ctx.op_type, size, bool(ctx.attr("periodic", 1)))
     return ctx.const(values.astype(dtypes.to_numpy(dtype)), dtype)
