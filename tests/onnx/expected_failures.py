@@ -4,7 +4,7 @@ Generated from `python scripts/onnx_conformance.py --failures`; a case that star
 fails the suite (unexpected success) until it is taken off this list.
 """
 
-TRAINING = "training mode (random dropout, batch statistics): myelin imports for inference"
+TRAINING = "training-mode Dropout (random masks): myelin imports for inference"
 
 EXPECTED_FAILURES = {
     "test_adagrad": "needs Adagrad",
@@ -17,8 +17,6 @@ EXPECTED_FAILURES = {
     "test_ai_onnx_ml_tree_ensemble_single_tree": "needs TreeEnsemble",
     "test_basic_deform_conv_with_padding": "needs DeformConv",
     "test_basic_deform_conv_without_padding": "needs DeformConv",
-    "test_batchnorm_epsilon_training_mode": TRAINING,
-    "test_batchnorm_example_training_mode": TRAINING,
     "test_bernoulli": "needs Bernoulli",
     "test_bernoulli_double": "needs Bernoulli",
     "test_bernoulli_double_expanded": "needs RandomUniformLike",

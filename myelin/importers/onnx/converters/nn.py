@@ -101,12 +101,14 @@ def _inference(ctx):
 
 @converter("BatchNormalization")
 def _batch_norm(ctx):
-    if ctx.attr("training_mode", 0) or not _inference(ctx):
-        raise ctx.error("training mode is not supported (inference only)")
-    if any(ctx.node.output[1:]):
-        raise ctx.error("the running statistics outputs are training-only")
+    if not _inference(ctx):
+        raise ctx.error("training mode before opset 7 is not supported (inference only)")
     x, scale, bias, mean, var = ctx.inputs[:5]
     epsilon = ctx.attr("epsilon", 1e-5)
+    if ctx.attr("training_mode", 0):
+        return _batch_norm_training(ctx, x, scale, bias, mean, var, epsilon)
+    if any(ctx.node.output[1:]):
+        raise ctx.error("the running statistics outputs are given only in training mode")
     if all(p.constant for p in (scale, bias, mean, var)):
         # The optimizer folds this form into the weights of a preceding Conv or MatMul.
         return ctx.op("BatchNormalization", [x, scale, bias, mean, var], {"epsilon": epsilon})
@@ -116,14 +118,33 @@ def _batch_norm(ctx):
     return ctx.op("Add", [normalized, bias])
 
 
+def _batch_norm_training(ctx, x, scale, bias, mean, var, epsilon):
+    """training_mode=1 (timm's weight standardization exports it): x normalized with its own
+    mean and population variance over every axis but the channels'; the running statistics,
+    when asked for, blend the given ones with those by ``momentum``, as ONNX defines."""
+    axes = [0] + list(range(2, x.rank))
+    normalized, batch_mean, batch_var, _ = _normalize(ctx, x, axes, epsilon)
+    scale, bias = (_per_channel(ctx, p, x.rank) for p in (scale, bias))
+    results = [ctx.op("Add", [ctx.op("Mul", [normalized, scale]), bias])]
+    momentum = ctx.attr("momentum", 0.9)
+    if ctx.num_outputs > 1:
+        for given, batch in ((mean, batch_mean), (var, batch_var)):
+            blended = ctx.op("Add", [ctx.op("Mul", [given, ctx.const(momentum, x.dtype)]),
+                                     ctx.op("Mul", [ctx.reshape(batch, given.shape),
+                                                    ctx.const(1 - momentum, x.dtype)])])
+            results.append(blended)
+    return results[:max(1, ctx.num_outputs)]
+
+
 def _normalize(ctx, x, axes, epsilon):
-    """(x - mean) / sqrt(var + epsilon) over ``axes``; returns it, the mean and 1/std."""
+    """(x - mean) / sqrt(var + epsilon) over ``axes``; returns it, the mean, the variance
+    and 1/std."""
     mean = ctx.op("Mean", [x], {"axis": list(axes), "keepdims": True})
     centered = ctx.op("Sub", [x, mean])
     variance = ctx.op("Mean", [ctx.op("Square", [centered])], {"axis": list(axes),
                                                                 "keepdims": True})
     inv_std = ctx.op("Rsqrt", [ctx.op("Add", [variance, ctx.const(epsilon, x.dtype)])])
-    return ctx.op("Mul", [centered, inv_std]), mean, inv_std
+    return ctx.op("Mul", [centered, inv_std]), mean, variance, inv_std
 
 
 def _per_channel(ctx, param, rank):
@@ -133,7 +154,7 @@ def _per_channel(ctx, param, rank):
 @converter("InstanceNormalization")
 def _instance_norm(ctx):
     x = ctx.input(0)
-    normalized, _, _ = _normalize(ctx, x, range(2, x.rank), ctx.attr("epsilon", 1e-5))
+    normalized, *_ = _normalize(ctx, x, range(2, x.rank), ctx.attr("epsilon", 1e-5))
     scale = _per_channel(ctx, ctx.input(1), x.rank)
     bias = _per_channel(ctx, ctx.input(2), x.rank)
     return ctx.op("Add", [ctx.op("Mul", [normalized, scale]), bias])
@@ -147,7 +168,7 @@ def _layer_norm(ctx):
     axis = ctx.attr("axis", -1)
     axis = axis + x.rank if axis < 0 else axis
     stash = ctx.cast(x, "float32") if x.dtype == "float16" else x
-    normalized, mean, inv_std = _normalize(ctx, stash, range(axis, x.rank),
+    normalized, mean, _, inv_std = _normalize(ctx, stash, range(axis, x.rank),
                                            ctx.attr("epsilon", 1e-5))
     y = ctx.op("Mul", [ctx.cast(normalized, x.dtype), ctx.input(1)])
     if ctx.has(2):
@@ -173,7 +194,7 @@ def _lp_normalization(ctx):
 @converter("MeanVarianceNormalization")
 def _mean_variance_normalization(ctx):
     x = ctx.input(0)
-    normalized, _, _ = _normalize(ctx, x, ctx.attr("axes", [0, 2, 3]), 1e-9)
+    normalized, *_ = _normalize(ctx, x, ctx.attr("axes", [0, 2, 3]), 1e-9)
     return normalized
 
 
