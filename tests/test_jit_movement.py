@@ -162,3 +162,13 @@ def test_large_element_wise_loops_split_over_threads(threads, opt_level):
     f.op("Exp", [flat], name="e")
     inputs = {"f": {var: random_array(rng, "float32", var.shape) for var in (x, y, bias, flat)}}
     run_and_compare(flow, inputs, 1e-6, threads=threads, opt_level=opt_level)
+
+
+def test_slice_with_a_begin_computed_at_run_time_is_unsupported():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", [5, 4])
+    begin = f.var("begin", "int32", [2])
+    f.slice(x, begin, f.const(np.int32([2, 4])), name="y")
+    with pytest.raises(myelin.errors.UnsupportedOpError, match="no CPU kernel supports"):
+        myelin.Compiler().compile(flow)

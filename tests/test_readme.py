@@ -38,6 +38,7 @@ def _gpu():
 # Blocks that cannot run here, by a line they hold: why, and whether to skip them now.
 SKIPPED = {
     'myelin.onnx.load("resnet18.onnx")': ("needs resnet18.onnx and images", lambda: True),
+    'myelin.onnx.localize("model.onnx"': ("needs model.onnx and images", lambda: True),
     "myelin.tf.import_graph(": ("needs graph.pbtxt, a concrete function and a SavedModel",
                                 lambda: True),
     "myelin.cuda.compile(flow)": ("needs a GPU", lambda: not _gpu()),

@@ -57,7 +57,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from myelin import __version__, cachefiles
+from myelin import __version__, cachefiles, limits
 from myelin.codegen.llvm import elf, externals
 
 log = logging.getLogger("myelin.cache")
@@ -103,9 +103,8 @@ def size_limit(text=None):
     text = (text if text is not None else os.environ.get("MYELIN_CACHE_SIZE", "")).strip()
     if not text:
         return DEFAULT_SIZE_LIMIT
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
     try:
-        return int(float(text[:-1] if scale > 1 else text) * scale)
+        return limits.parse_size(text)
     except (ValueError, OverflowError):
         log.warning("ignoring MYELIN_CACHE_SIZE=%r: not a size such as 500M", text)
         return DEFAULT_SIZE_LIMIT

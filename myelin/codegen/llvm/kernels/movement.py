@@ -19,10 +19,9 @@ def copy(ctx, shape, source, target):
 
 
 def _constant_ints(step, index):
+    """Input ``index`` of the step as a list of ints; None unless it is a constant."""
     data = step.op.inputs[index].data if step.op is not None else None
-    if data is None:
-        raise ValueError(f"input {index} of {step.name} must be a constant")
-    return [int(v) for v in np.asarray(data).reshape(-1)]
+    return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
 
 
 class ViewKernel(Kernel):
@@ -133,7 +132,7 @@ class ConcatKernel(Kernel):
     name = "Concat"
 
     def supports(self, step, target):
-        return step.type == "Concat"
+        return step.type == "Concat" and _constant_ints(step, len(step.inputs) - 1) is not None
 
     def emit(self, ctx, step):
         out = step.outputs[0]
@@ -151,7 +150,7 @@ class SplitKernel(Kernel):
     name = "Split"
 
     def supports(self, step, target):
-        return step.type == "Split"
+        return step.type == "Split" and _constant_ints(step, 2) is not None
 
     def emit(self, ctx, step):
         source = step.inputs[0]
@@ -168,7 +167,7 @@ class SliceKernel(Kernel):
     name = "Slice"
 
     def supports(self, step, target):
-        return step.type == "Slice"
+        return step.type == "Slice" and _constant_ints(step, 1) is not None
 
     def emit(self, ctx, step):
         source, out = step.inputs[0], step.outputs[0]
