@@ -217,30 +217,10 @@ def _cut(model, names):
         if needed & set(node.output):
             keep.append(node)
             needed |= {name for name in node.input if name}
-            needed |= {name for g in _subgraphs(node) for name in _free_names(g)}
+            needed |= {name for g in proto.subgraphs(node) for name in proto.free_names(g)}
     del copy.graph.node[:]
     copy.graph.node.extend(reversed(keep))
     return copy
-
-
-def _subgraphs(node):
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs
-
-
-def _free_names(graph):
-    """Names a subgraph reads from the graphs around it."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    read = set()
-    for node in graph.node:
-        read |= {name for name in node.input if name and name not in defined}
-        for inner in _subgraphs(node):
-            read |= _free_names(inner) - defined
-        defined |= set(node.output)
-    return read
 
 
 __all__ = ["Report", "ValueReport", "compare_values", "localize"]

@@ -15,7 +15,6 @@ import dataclasses
 import logging
 
 import numpy as np
-import onnx
 
 from myelin import limits
 from myelin.errors import (InputError, LimitError, ShapeError, UnsupportedOpError,
@@ -99,11 +98,7 @@ def _nodes(graph):
                              f"more than {MAX_DEPTH} deep")
         for node in graph.node:
             yield node
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    pending.append((attr.g, depth + 1))
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    pending.extend((subgraph, depth + 1) for subgraph in attr.graphs)
+            pending.extend((subgraph, depth + 1) for subgraph in proto.subgraphs(node))
 
 
 def import_graph(model, shapes=None, values=None, specialize=(), func="main"):

@@ -98,6 +98,27 @@ def node_name(node):
     return node.name or next((o for o in node.output if o), "") or f"a {node.op_type} node"
 
 
+def subgraphs(node):
+    """The graphs of ``node``'s attributes: If branches, Loop and Scan bodies."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def free_names(graph):
+    """The names ``graph`` (its subgraphs included) reads from the graphs around it."""
+    defined = {info.name for info in graph.input} | {t.name for t in graph.initializer}
+    read = set()
+    for node in graph.node:
+        defined.update(node.output)
+        read.update(name for name in node.input if name)
+        for sub in subgraphs(node):
+            read |= free_names(sub)
+    return read - defined
+
+
 def schema(node, version):
     """The ONNX schema of ``node``'s op at opset ``version``, or None if ONNX defines no such
     op (in that domain, at that opset)."""

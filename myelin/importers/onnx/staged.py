@@ -179,7 +179,7 @@ class _Graph:
                 return None
             return _HostOp(node, op, self)
         if node.op_type == "If":
-            where = f"{label} {_name(node)}"
+            where = f"{label} {proto.node_name(node)}"
             branches = {attr.name: planner.graph(attr.g, static, self.constants,
                                                  f"{where} {attr.name}")
                         for attr in node.attribute if attr.name in ("then_branch",
@@ -187,7 +187,7 @@ class _Graph:
             if any(branch.hosts for branch in branches.values()):
                 for name, branch in branches.items():
                     if len(branch.outputs) != len(node.output):
-                        raise ShapeError(f"node {_name(node)} (If): {name} gives "
+                        raise ShapeError(f"node {proto.node_name(node)} (If): {name} gives "
                                          f"{len(branch.outputs)} outputs, the node has "
                                          f"{len(node.output)}")
                 return _HostIf(node, branches, self)
@@ -327,7 +327,7 @@ class _HostOp:
     def run(self, env):
         inputs = [self.graph.value(env, name) if name else None for name in self.node.input]
         return self.op.compute(self.attrs, inputs,
-                               f"node {_name(self.node)} ({self.node.op_type})")
+                               f"node {proto.node_name(self.node)} ({self.node.op_type})")
 
 
 class _HostIf:
@@ -340,7 +340,7 @@ class _HostIf:
     def run(self, env):
         condition = np.asarray(self.graph.value(env, self.node.input[0]))
         if condition.size != 1:
-            raise ShapeError(f"node {_name(self.node)} (If): the condition must "
+            raise ShapeError(f"node {proto.node_name(self.node)} (If): the condition must "
                              f"have one element, got shape {list(condition.shape)}")
         taken = "then_branch" if condition.reshape(-1)[0] else "else_branch"
         return self.branches[taken].run(collections.ChainMap({}, env))
@@ -352,49 +352,24 @@ def _check_body(planner, node, static, constants):
     for attr in node.attribute:
         if attr.type != onnx.AttributeProto.GRAPH:
             continue
-        body = planner.graph(attr.g, static, constants, f"{_name(node)} body")
+        body = planner.graph(attr.g, static, constants, f"{proto.node_name(node)} body")
         steps = [step for steps in body.hosts.values() for step in steps]
         if steps:
-            found = ", ".join(f"{step.node.op_type} {_name(step.node)}"
+            found = ", ".join(f"{step.node.op_type} {proto.node_name(step.node)}"
                               for step in steps)
             raise UnsupportedOpError(
-                f"node {_name(node)} ({node.op_type}): its body has {found}, whose "
+                f"node {proto.node_name(node)} ({node.op_type}): its body has {found}, whose "
                 f"output's shape depends on values computed in the loop; myelin compiles loop "
                 f"bodies for fixed shapes, and runs such ops on the host only between the "
                 f"compiled stages of the main graph and of If branches",
-                [_name(node)] + [_name(step.node) for step in steps])
-
-
-def _name(node):
-    """How messages name a node: its name, else its first output."""
-    return node.name or next((name for name in node.output if name), node.op_type)
-
-
-def _subgraphs(node):
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
-
-
-def _free_names(graph):
-    """The names ``graph`` (its subgraphs included) reads from the graphs around it."""
-    defined = {info.name for info in graph.input} | {t.name for t in graph.initializer}
-    read = set()
-    for node in graph.node:
-        defined.update(node.output)
-        read.update(name for name in node.input if name)
-        for sub in _subgraphs(node):
-            read |= _free_names(sub)
-    return read - defined
+                [proto.node_name(node)] + [proto.node_name(step.node) for step in steps])
 
 
 def _reads(node):
     """The names ``node`` reads: its inputs, and the outer names its subgraphs read."""
     names = [name for name in node.input if name]
-    for sub in _subgraphs(node):
-        names.extend(sorted(_free_names(sub)))
+    for sub in proto.subgraphs(node):
+        names.extend(sorted(proto.free_names(sub)))
     return list(dict.fromkeys(names))
 
 
@@ -441,7 +416,7 @@ def _element_types(model):
         for tensor in graph.initializer:
             types[tensor.name] = tensor.data_type
         for node in graph.node:
-            for sub in _subgraphs(node):
+            for sub in proto.subgraphs(node):
                 collect(sub)
 
     collect(model.graph)
