@@ -532,11 +532,12 @@ def reason(message):
     return re.sub(r"[0-9]+", "N", re.split(r"[,(:]", text)[0]).strip()
 
 
-def report(counts, reasons, seconds):
-    """The table of outcomes and of the reasons of misses, by model."""
-    lines = [f"{sum(counts.values())} mutated cache entries in {seconds:.0f} s",
+def report(counts, reasons, seconds, name="compile", outcomes=OUTCOMES):
+    """The table of ``outcomes`` and of the reasons of misses, raw and signed cases apart, of
+    the cache ``name``."""
+    lines = [f"{sum(counts.values())} mutated {name} cache entries in {seconds:.0f} s",
              f"  {'outcome':10} {'raw':>6} {'signed':>6}"]
-    for outcome in OUTCOMES:
+    for outcome in outcomes:
         lines.append(f"  {outcome:10} {counts['raw', outcome]:6} {counts['signed', outcome]:6}")
     lines.append(f"  {'rejected because':58} {'raw':>6} {'signed':>6}")
     for text in sorted({text for _, text in reasons},

@@ -370,19 +370,6 @@ def reason(message):
     return re.sub(r"[0-9]+", "N", re.split(r"[,(:]", text)[0]).strip()
 
 
-def report(name, counts, reasons, seconds):
-    """The table of outcomes and of the reasons of misses, by model."""
-    lines = [f"{sum(counts.values())} mutated {name} cache entries in {seconds:.0f} s",
-             f"  {'outcome':10} {'raw':>6} {'signed':>6}"]
-    for outcome in OUTCOMES:
-        lines.append(f"  {outcome:10} {counts['raw', outcome]:6} {counts['signed', outcome]:6}")
-    lines.append(f"  {'rejected because':58} {'raw':>6} {'signed':>6}")
-    for text in sorted({text for _, text in reasons},
-                       key=lambda text: -reasons["raw", text] - reasons["signed", text]):
-        lines.append(f"  {text[:58]:58} {reasons['raw', text]:6} {reasons['signed', text]:6}")
-    return "\n".join(lines)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", choices=sorted(SUBJECTS), action="append",
@@ -401,7 +388,7 @@ def main():
         start = time.perf_counter()
         counts, reasons, defects = campaign(SUBJECTS[name](), args.cases, args.seed,
                                             args.timeout, args.verbose)
-        print(report(name, counts, reasons, time.perf_counter() - start))
+        print(fuzz_cache.report(counts, reasons, time.perf_counter() - start, name, OUTCOMES))
         for case, outcome, detail in defects[:20]:
             print(f"  defect: case {case[0]} ({case[2]}: {case[3]}): {outcome}: {detail}")
         found += len(defects)
