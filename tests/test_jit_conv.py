@@ -154,6 +154,55 @@ def test_conv_as_matrix_product_split_over_threads(threads):
     assert list(kernels.values()) == ["ConvGemm"] * 6 + ["Conv"]
 
 
+# 1-D and 3-D convolutions with one group, which run as matrix products as 2-D ones do: odd
+# sizes, strides 1 to 5, asymmetric pads, dilations, rows wide enough for whole-vector loads.
+CONV_1D_3D = [
+    ("Conv", [(2, 5, 37), (7, 5, 3), (7,)], dict(pads=[2, 1])),
+    ("Conv", [(1, 3, 101), (9, 3, 10)], dict(strides=[5])),
+    ("Conv", [(1, 6, 83), (11, 6, 3), (11,)], dict(strides=[2], dilations=[2], pads=[0, 3])),
+    ("Conv", [(1, 4, 50), (6, 4, 4)], dict(strides=[3], pads=[1, 2], dilations=[3])),
+    ("Conv", [(1, 9, 31), (10, 9, 1)], {}),
+    ("Conv", [(1, 2, 5), (3, 2, 7), (3,)], dict(pads=[3, 3])),
+    ("Conv", [(2, 3, 5, 9, 11), (8, 3, 3, 3, 3), (8,)], dict(pads=[1, 1, 1, 1, 1, 1])),
+    ("Conv", [(1, 3, 7, 20, 19), (6, 3, 3, 7, 7)], dict(strides=[1, 2, 2],
+                                                          pads=[1, 3, 3, 1, 3, 3])),
+    ("Conv", [(1, 4, 6, 11, 13), (5, 4, 2, 3, 2)], dict(strides=[2, 3, 1], dilations=[2, 1, 3],
+                                                         pads=[0, 1, 2, 1, 0, 1])),
+    ("Conv", [(1, 8, 5, 6, 7), (12, 8, 1, 1, 1), (12,)], dict(strides=[2, 2, 2])),
+    ("Conv", [(1, 6, 3, 5, 40), (7, 6, 3, 3, 3)], dict(pads=[1, 1, 1, 1, 1, 1])),
+    ("Conv", [(1, 5, 4, 7, 45), (9, 5, 3, 1, 3), (9,)], dict(strides=[1, 1, 2],
+                                                              pads=[2, 0, 1, 0, 0, 2])),
+]
+
+
+@pytest.mark.parametrize("dtype,features,threads", [("float32", p, 1) for p in PRESETS]
+                         + [("float32", "host", 2), ("float64", "host", 2)])
+def test_conv_1d_and_3d_as_matrix_products(dtype, features, threads):
+    kernels = _check(CONV_1D_3D, dtype, features, threads=threads)
+    assert set(kernels.values()) == {"ConvGemm"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 6, 45), (10, 6, 3), dict(strides=[2], pads=[1, 2])),
+    ((1, 5, 4, 9, 21), (10, 5, 3, 3, 3), dict(strides=[1, 2, 2], pads=[1, 1, 1, 0, 1, 2]))])
+def test_conv_1d_and_3d_with_bias_and_fused_epilogue(threads, x_shape, w_shape, attrs):
+    """relu(conv(x) + bias + residual) is one FusedConv step run as a matrix product."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", list(x_shape))
+    w = f.const(rng.standard_normal(w_shape).astype(np.float32))
+    bias = f.const(rng.standard_normal(w_shape[0]).astype(np.float32))
+    conv = f.op("Conv", [x, w, bias], None, attrs)
+    residual = f.var("r", "float32", list(conv.shape))
+    f.relu(f.add(conv, residual), name="y")
+    inputs = {v: random_array(rng, "float32", v.shape) for v in (x, residual)}
+    net = run_and_compare(flow, {"f": inputs}, TOLERANCE["float32"], threads=threads)
+    steps = [step for step in net.cell("f").steps if not step.noop]
+    assert [(step.type, step.kernel.name) for step in steps] == [("FusedConv", "ConvGemm")]
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_pools_split_over_threads(threads):
     """Pools large enough to be split into tasks by planes (image x channel), with an

@@ -1,21 +1,22 @@
-"""2-D convolution as a matrix product over gathered panels (an implicit im2col).
+"""1-D, 2-D and 3-D convolution as a matrix product over gathered panels (an implicit im2col).
 
-For each image, Y[Cout, OH*OW] = W[Cout, Cin*KH*KW] x X', where row (c, ky, kx) of X' holds,
-for every output pixel, the input element that tap meets (zero in the padding). X' is never
-built whole: the matrix product's tasks (:mod:`matmul`) pack a group of panels of X' at a time
-into a buffer on the stack, straight from the image, and run the register-tile kernel over
-them with the weights as A, so every gathered element feeds all the output channels. Tasks
-split the output pixels; only where there are fewer panels than threads do they split the
-output channels too, each such task gathering its panels again (as few as pay for
-themselves: :meth:`matmul.Plan._row_blocks`). The bias is added to each tile before it is
-stored.
+For each image, Y[Cout, pixels] = W[Cout, Cin*K] x X', where row (c, kz, ky, kx) of X' (one
+per channel and kernel position) holds, for every output pixel, the input element that tap
+meets (zero in the padding). X' is never built whole: the matrix product's tasks
+(:mod:`matmul`) pack a group of panels of X' at a time into a buffer on the stack, straight
+from the image, and run the register-tile kernel over them with the weights as A, so every
+gathered element feeds all the output channels. Tasks split the output pixels; only where
+there are fewer panels than threads do they split the output channels too, each such task
+gathering its panels again (as few as pay for themselves: :meth:`matmul.Plan._row_blocks`).
+The bias is added to each tile before it is stored.
 
-Packing a panel row takes whole vectors of an input row where the pixels are consecutive in
-one output row and the taps inside the input row (every other element of two vectors for
-stride 2); elsewhere it gathers, the out-of-image lanes masked off and zero. Where each vector
-of a tap comes from is the same in every channel, so it is worked out once per tap and each
-channel's row is then one load or gather per vector. A 1x1 convolution with unit strides and
-no padding reads X as the matrix [Cin, H*W] it already is.
+Packing a panel row takes whole vectors of an input row (along the last axis) where the
+pixels are consecutive in one output row and the taps inside the input row (every other
+element of two vectors for stride 2); elsewhere it gathers, the out-of-image lanes masked off
+and zero. Where each vector of a tap comes from is the same in every channel, so it is worked
+out once per tap and each channel's row is then one load or gather per vector. A 1x1
+convolution with unit strides and no padding reads X as the matrix [Cin, pixels] it already
+is.
 """
 
 import math
@@ -26,7 +27,7 @@ import llvmlite.ir as ir
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.conv import supported_floats
+from myelin.codegen.llvm.kernels.conv import nested_loops, supported_floats
 from myelin.codegen.llvm.kernels.matmul import Plan, Task, choices
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
@@ -36,26 +37,29 @@ CONTIGUOUS_STRIDES = 2    # strides whose panel rows are loaded whole (with ever
 
 
 class _Line(NamedTuple):
-    """The pixels of one vector of a panel: which exist (``valid``), their first input row
-    and column (``top``, ``left``: vectors, and ``top0``, ``left0``: the first lane's), and
-    whether they lie in one output row (``one_row``)."""
+    """The pixels of one vector of a panel: which exist (``valid``), their first input
+    position along each spatial axis (``origin``: vectors, and ``origin0``: the first lane's),
+    and whether they lie in one output row (``one_row``)."""
 
     valid: object
-    top: object
-    left: object
+    origin: list
     one_row: object
-    top0: object
-    left0: object
+    origin0: list
+
+
+def _constant(lanes, value):
+    """``value`` in every lane of an i32 vector."""
+    return ir.Constant(ir.VectorType(I32, lanes), [value] * lanes)
 
 
 class ConvGemmKernel(Kernel):
-    """``Conv`` (and ``FusedConv``) on NCHW images with one group, as a matrix product per
-    image."""
+    """``Conv`` (and ``FusedConv``) on NCW, NCHW and NCDHW images with one group, as a matrix
+    product per image."""
 
     name = "ConvGemm"
 
     def supports(self, step, target):
-        if (step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) != 4
+        if (step.type not in ("Conv", "FusedConv") or not 3 <= len(step.inputs[0].shape) <= 5
                 or not supported_floats(step)):
             return False
         if step.type == "FusedConv" and fused.epilogue(step) is None:
@@ -115,83 +119,99 @@ class _ConvTask(Task):
             super().pack_panel(panels, panel, columns)
             return
         b, plan, g = self.b, self.plan, self.g
-        lanes, dtype, width = plan.lanes, plan.dtype, plan.width
-        (height, in_width), (kh, kw) = g.input, g.kernel
-        (sh, sw), (ph, pw) = g.strides, g.pads_begin
-        out_width = g.output[1]
-        vector = ir.VectorType(I32, lanes)
-        first = b.trunc(b.mul(panel, irutil.i64(width)), I32)
-        lines = []
-        for v in range(plan.vectors):
-            pixel = b.add(irutil.splat(b, first, lanes),
-                          ir.Constant(vector, [v * lanes + i for i in range(lanes)]))
-            valid = b.icmp_signed("<", pixel, ir.Constant(vector, [plan.n] * lanes))
-            row = b.udiv(pixel, ir.Constant(vector, [out_width] * lanes))
-            column = b.urem(pixel, ir.Constant(vector, [out_width] * lanes))
-            top = b.sub(b.mul(row, ir.Constant(vector, [sh] * lanes)),
-                        ir.Constant(vector, [ph] * lanes))
-            left = b.sub(b.mul(column, ir.Constant(vector, [sw] * lanes)),
-                         ir.Constant(vector, [pw] * lanes))
-            # The whole vector lies in one output row when its first and last pixel do.
-            first_row = b.extract_element(row, ir.Constant(I32, 0))
-            last_row = b.extract_element(row, ir.Constant(I32, lanes - 1))
-            last_valid = b.extract_element(valid, ir.Constant(I32, lanes - 1))
-            one_row = b.and_(b.icmp_signed("==", first_row, last_row), last_valid)
-            lines.append(_Line(valid, top, left, one_row,
-                               b.extract_element(top, ir.Constant(I32, 0)),
-                               b.extract_element(left, ir.Constant(I32, 0))))
-        plane = height * in_width
-        with irutil.for_range(b, 0, kh, name="gy") as ky:
-            ky32 = b.trunc(ky, I32)
-            with irutil.for_range(b, 0, kw, name="gx") as kx:
-                kx32 = b.trunc(kx, I32)
-                # Where each vector of this tap's rows comes from is the same in every channel.
-                sources = [self._source(line, ky32, kx32) for line in lines]
-                with irutil.for_range(b, 0, g.in_channels, name="gc") as channel:
-                    tap = b.add(b.mul(b.add(b.mul(channel, irutil.i64(kh)), ky),
-                                      irutil.i64(kw)), kx)
-                    target_row = self.packed_row(panels, panel, tap)
-                    image = irutil.element_ptr(b, self.bp, dtype,
-                                               b.mul(channel, irutil.i64(plane)))
-                    for v, source in enumerate(sources):
-                        target = irutil.element_ptr(b, target_row, dtype, irutil.i64(v * lanes))
-                        self._pack_vector(image, source, target)
+        first = b.trunc(b.mul(panel, irutil.i64(plan.width)), I32)
+        lines = [self._line(first, v) for v in range(plan.vectors)]
+        plane = math.prod(g.input)
 
-    def _source(self, line, ky, kx):
-        """Where the vector ``line`` of the panel row of tap (``ky``, ``kx``) comes from, in
-        any channel: (contiguous, the offset of its first element in the channel's plane and
-        whether its row is inside the image, for one load; the offsets of its elements and
-        which lie inside, to gather). A vector loads whole (every other element of two
-        vectors for stride 2) when its pixels lie in one output row and their taps inside the
-        input row."""
+        def tap(kernel):
+            # Where each vector of this tap's rows comes from is the same in every channel.
+            sources = [self._source(line, [b.trunc(k, I32) for k in kernel]) for line in lines]
+            with irutil.for_range(b, 0, g.in_channels, name="gc") as channel:
+                row = channel
+                for k, size in zip(kernel, g.kernel):
+                    row = b.add(b.mul(row, irutil.i64(size)), k)
+                target_row = self.packed_row(panels, panel, row)
+                image = irutil.element_ptr(b, self.bp, plan.dtype,
+                                           b.mul(channel, irutil.i64(plane)))
+                for v, source in enumerate(sources):
+                    target = irutil.element_ptr(b, target_row, plan.dtype,
+                                                irutil.i64(v * plan.lanes))
+                    self._pack_vector(image, source, target)
+
+        nested_loops(b, list(g.kernel), tap, name="g")
+
+    def _line(self, first, v):
+        """The :class:`_Line` of vector ``v`` of the panel whose first pixel is ``first``."""
         b, plan, g = self.b, self.plan, self.g
         lanes = plan.lanes
-        (height, in_width), (dh, dw) = g.input, g.dilations
-        stride = g.strides[1]
-        vector = ir.VectorType(I32, lanes)
-        y_in = b.add(line.top0, b.mul(ky, ir.Constant(I32, dh)))
-        x_in = b.add(line.left0, b.mul(kx, ir.Constant(I32, dw)))
-        inside_rows = b.icmp_unsigned("<", y_in, ir.Constant(I32, height))
-        if stride <= CONTIGUOUS_STRIDES and stride * lanes <= in_width:
-            fits = b.and_(b.icmp_signed(">=", x_in, ir.Constant(I32, 0)),
-                          b.icmp_signed("<=", x_in, ir.Constant(I32, in_width - stride * lanes)))
+        pixel = b.add(irutil.splat(b, first, lanes),
+                      ir.Constant(ir.VectorType(I32, lanes),
+                                  [v * lanes + i for i in range(lanes)]))
+        valid = b.icmp_signed("<", pixel, _constant(lanes, plan.n))
+        # Output coordinates, last axis first: the column, then the row's coordinates.
+        row = b.udiv(pixel, _constant(lanes, g.output[-1]))
+        coordinates = [b.urem(pixel, _constant(lanes, g.output[-1]))]
+        rest = row
+        for size in g.output[-2:0:-1]:
+            coordinates.append(b.urem(rest, _constant(lanes, size)))
+            rest = b.udiv(rest, _constant(lanes, size))
+        if g.rank > 1:
+            coordinates.append(rest)
+        origin = [b.sub(b.mul(c, _constant(lanes, s)), _constant(lanes, p))
+                  for c, s, p in zip(coordinates[::-1], g.strides, g.pads_begin)]
+        # The whole vector lies in one output row when its first and last pixel do.
+        first_row = b.extract_element(row, ir.Constant(I32, 0))
+        last_row = b.extract_element(row, ir.Constant(I32, lanes - 1))
+        last_valid = b.extract_element(valid, ir.Constant(I32, lanes - 1))
+        one_row = b.and_(b.icmp_signed("==", first_row, last_row), last_valid)
+        return _Line(valid, origin, one_row,
+                     [b.extract_element(o, ir.Constant(I32, 0)) for o in origin])
+
+    def _source(self, line, kernel):
+        """Where the vector ``line`` of the panel row of the tap at kernel position ``kernel``
+        (i32 per axis) comes from, in any channel: (contiguous, the offset of its first
+        element in the channel's image and whether its row is inside the image (None where
+        the image is one row), for one load; the offsets of its elements and which lie
+        inside, to gather). A vector loads whole (every other element of two vectors for
+        stride 2) when its pixels lie in one output row and their taps inside the input
+        row."""
+        b, plan, g = self.b, self.plan, self.g
+        lanes = plan.lanes
+        width, stride = g.input[-1], g.strides[-1]
+        steps = [b.mul(k, ir.Constant(I32, d)) for k, d in zip(kernel, g.dilations)]
+        at = [b.add(o, s) for o, s in zip(line.origin0, steps)]
+        inside_rows = None
+        for position, size in zip(at[:-1], g.input):
+            inside = b.icmp_unsigned("<", position, ir.Constant(I32, size))
+            inside_rows = inside if inside_rows is None else b.and_(inside_rows, inside)
+        if stride <= CONTIGUOUS_STRIDES and stride * lanes <= width:
+            fits = b.and_(b.icmp_signed(">=", at[-1], ir.Constant(I32, 0)),
+                          b.icmp_signed("<=", at[-1], ir.Constant(I32, width - stride * lanes)))
             contiguous = b.and_(line.one_row, fits)
         else:
             contiguous = ir.Constant(irutil.I1, 0)
-        start = b.select(inside_rows, b.add(b.mul(y_in, ir.Constant(I32, in_width)), x_in),
-                         ir.Constant(I32, 0))
-        y = b.add(line.top, irutil.splat(b, b.mul(ky, ir.Constant(I32, dh)), lanes))
-        x = b.add(line.left, irutil.splat(b, b.mul(kx, ir.Constant(I32, dw)), lanes))
-        inside = b.and_(line.valid, b.and_(
-            b.icmp_unsigned("<", y, ir.Constant(vector, [height] * lanes)),
-            b.icmp_unsigned("<", x, ir.Constant(vector, [in_width] * lanes))))
-        offsets = b.add(b.mul(y, ir.Constant(vector, [in_width] * lanes)), x)
+        start = self._offset(at, lambda size: ir.Constant(I32, size))
+        if inside_rows is not None:
+            start = b.select(inside_rows, start, ir.Constant(I32, 0))
+        positions = [b.add(o, irutil.splat(b, s, lanes)) for o, s in zip(line.origin, steps)]
+        inside = line.valid
+        for position, size in zip(positions, g.input):
+            inside = b.and_(inside, b.icmp_unsigned("<", position, _constant(lanes, size)))
+        offsets = self._offset(positions, lambda size: _constant(lanes, size))
         return contiguous, start, inside_rows, offsets, inside
+
+    def _offset(self, positions, constant):
+        """The offset in a channel's image of the element at ``positions`` (one per axis)."""
+        b = self.b
+        offset = positions[0]
+        for position, size in zip(positions[1:], self.g.input[1:]):
+            offset = b.add(b.mul(offset, constant(size)), position)
+        return offset
 
     def _pack_vector(self, image, source, target):
         """Store at ``target`` one vector of a panel row from the channel plane at ``image``."""
         b, plan = self.b, self.plan
-        lanes, dtype, stride = plan.lanes, plan.dtype, self.g.strides[1]
+        lanes, dtype, stride = plan.lanes, plan.dtype, self.g.strides[-1]
         contiguous, start, inside_rows, offsets, inside = source
         zero = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
         with b.if_else(contiguous) as (fast, slow):
@@ -200,7 +220,9 @@ class _ConvTask(Task):
                 value = irutil.load(b, at, dtype, stride * lanes, plan.itemsize)
                 if stride > 1:
                     value = irutil.every_nth(b, value, stride, lanes)
-                irutil.store(b, b.select(inside_rows, value, zero), target, dtype, plan.itemsize)
+                if inside_rows is not None:
+                    value = b.select(inside_rows, value, zero)
+                irutil.store(b, value, target, dtype, plan.itemsize)
             with slow:
                 value = irutil.gather(b, image, dtype, offsets, mask=inside, fill=zero)
                 irutil.store(b, value, target, dtype, plan.itemsize)
