@@ -302,3 +302,77 @@ def test_same_shaped_steps_with_other_small_constants_do_not_share_code():
     net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", x.shape)}},
                           TOLERANCE["float32"], "host")
     assert [s.type for s in net.cell("f").steps].count("FusedConv") == 3
+
+
+# Depthwise convolutions (as many groups as input channels, channel multiplier 1 or 2): planes
+# of 1x1 to 112x112, odd sizes, strides 1 to 4, pads, dilations, kernels 1x1 to 5x5.
+DEPTHWISE = [
+    ("Conv", [(1, 6, 12, 19), (6, 1, 3, 3), (6,)], dict(group=6, pads=[1, 1, 1, 1])),
+    ("Conv", [(2, 5, 14, 14), (5, 1, 3, 3)], dict(group=5, pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 4, 7, 7), (8, 1, 3, 3), (8,)], dict(group=4, pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 3, 5, 5), (6, 1, 5, 5)], dict(group=3, pads=[2, 2, 2, 2])),
+    ("Conv", [(1, 3, 1, 1), (3, 1, 3, 3)], dict(group=3, pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 3, 33, 31), (3, 1, 5, 5), (3,)], dict(group=3, pads=[2, 2, 2, 2],
+                                                      strides=[2, 2])),
+    ("Conv", [(1, 3, 9, 11), (6, 1, 3, 3)], dict(group=3, pads=[0, 1, 2, 1], strides=[1, 2],
+                                                  dilations=[2, 2])),
+    ("Conv", [(1, 2, 112, 112), (2, 1, 3, 3)], dict(group=2, pads=[1, 1, 1, 1],
+                                                     strides=[2, 2])),
+    ("Conv", [(1, 2, 112, 112), (4, 1, 3, 3), (4,)], dict(group=2, pads=[1, 1, 1, 1])),
+    ("Conv", [(1, 4, 17, 23), (4, 1, 3, 3)], dict(group=4, strides=[3, 3], pads=[1, 2, 0, 1])),
+    ("Conv", [(1, 4, 17, 29), (4, 1, 2, 4)], dict(group=4, strides=[1, 4], dilations=[3, 1],
+                                                   pads=[1, 2, 0, 1])),
+    ("Conv", [(2, 3, 13, 9), (3, 1, 1, 1), (3,)], dict(group=3, strides=[2, 2])),
+    ("Conv", [(1, 5, 28, 27), (5, 1, 3, 3)], dict(group=5, auto_pad="SAME_UPPER",
+                                                   strides=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("dtype,features,threads", [("float32", p, 1) for p in PRESETS]
+                         + [("float32", "host", 2), ("float64", "host", 2)])
+def test_depthwise_conv(dtype, features, threads):
+    kernels = _check(DEPTHWISE, dtype, features, threads=threads)
+    assert set(kernels.values()) == {"ConvDepthwise"}
+
+
+@pytest.mark.parametrize("features,threads", [("host", 1), ("host", 2), ("sse", 1)])
+@pytest.mark.parametrize("size,stride,epilogue", [
+    (14, 1, "relu6"), (7, 1, "hardsigmoid"), (29, 2, "sigmoid"), (56, 1, "residual"),
+    (15, 2, "relu6"), (9, 1, "hardswish")])
+def test_depthwise_conv_with_fused_epilogue(features, threads, size, stride, epilogue):
+    """epilogue(conv(x) + bias) is one FusedConv step run by the depthwise kernel (HardSwish,
+    which reads the convolution twice, is not fused)."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    channels = 24
+    x = f.var("x", "float32", [2, channels, size, size])
+    w = f.const(rng.standard_normal((channels, 1, 3, 3)).astype(np.float32))
+    bias = f.const(rng.standard_normal(channels).astype(np.float32))
+    y = f.op("Conv", [x, w, bias], None, dict(group=channels, pads=[1, 1, 1, 1],
+                                              strides=[stride, stride]))
+
+    def const(value):
+        return f.const(np.float32(value))
+    inputs = [x]
+    def hard_sigmoid(v):
+        return f.minimum(f.maximum(f.add(f.mul(v, const(1 / 6)), const(0.5)), const(0)),
+                         const(1))
+    if epilogue == "relu6":
+        y = f.minimum(f.maximum(y, const(0)), const(6))
+    elif epilogue == "hardsigmoid":
+        y = hard_sigmoid(y)
+    elif epilogue == "hardswish":
+        y = f.mul(y, hard_sigmoid(y))
+    elif epilogue == "sigmoid":
+        y = f.sigmoid(y)
+    else:
+        residual = f.var("r", "float32", list(y.shape))
+        inputs.append(residual)
+        y = f.add(y, residual)
+    f.identity(y, name="y")
+    values = {v: random_array(rng, "float32", v.shape) for v in inputs}
+    net = run_and_compare(flow, {"f": values}, TOLERANCE["float32"], features, threads=threads)
+    steps = [step for step in net.cell("f").steps if not step.noop]
+    assert steps[0].kernel.name == "ConvDepthwise"
+    assert epilogue == "hardswish" or [step.type for step in steps] == ["FusedConv"]

@@ -150,6 +150,39 @@ def gather(builder, base, dtype, offsets, mask=None, fill=None):
     return value if fill is None else builder.select(mask, value, fill)
 
 
+def masked_load(builder, ptr, dtype, mask, fill):
+    """``mask.type.count`` elements of ``dtype`` at ``ptr`` as a vector of the compute type;
+    lanes where ``mask`` (a vector of i1) is false are not read and give ``fill`` (a vector
+    of the memory type), so they may lie outside the array."""
+    width = mask.type.count
+    memory = vector_of(_memory_type(dtype), width)
+    function = _masked_load(builder, memory, [PTR, I32, mask.type, memory])
+    value = builder.call(function, [ptr, ir.Constant(I32, dtypes.itemsize(dtype)), mask, fill])
+    return _from_memory(builder, value, dtype)
+
+
+def store_lanes(builder, value, ptr, dtype, count):
+    """Store the first ``count`` lanes of the vector ``value`` at ``ptr`` (as :func:`store`),
+    in pieces of halving widths (7 lanes: 4, 2 and 1), without writing past them."""
+    done = 0
+    while done < count:
+        piece = 1 << (count - done).bit_length() - 1
+        part = (builder.extract_element(value, ir.Constant(I32, done)) if piece == 1
+                else builder.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
+                                            ir.Constant(ir.VectorType(I32, piece),
+                                                        list(range(done, done + piece)))))
+        store(builder, part, element_ptr(builder, ptr, dtype, done), dtype)
+        done += piece
+
+
+def _masked_load(builder, result, arguments):
+    """The declaration of ``llvm.masked.load`` for these types."""
+    name = f"llvm.masked.load.v{result.count}{_intrinsic_suffix(result.element)}.p0"
+    module = builder.module
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(result, arguments),
+                                                   name)
+
+
 def _intrinsic_suffix(typ):
     if isinstance(typ, ir.FloatType):
         return "f32"
