@@ -10,6 +10,8 @@ The pool is one LLVM module compiled once per process. Its state is a global rec
     word      generation << 32 | next task index, claimed with compare-and-swap
     done      tasks finished in this generation
     task, context, count   the current work
+    alone_until, backoff   (nanoseconds) until when callers run their tasks alone, and for
+                           how long the next straggler sends them alone
     sequence, sleepers     futex word and the number of workers waiting on it
     lock      held by the thread whose work the pool runs; others run their tasks alone
     stop, workers
@@ -23,6 +25,15 @@ work cannot claim either: it would run a new task under the old generation's cou
 caller could return before that task finished. The caller always takes tasks too: a pool
 without workers (1 thread, after ``fork``, or while another thread holds it) just runs them
 all in the caller.
+
+Cores busy with other work: a worker the system preempts in the middle of a task keeps the
+caller waiting for a whole time slice of the other program (milliseconds, for a task of
+microseconds), and a network makes dozens of parallel calls per compute. So the caller times
+each shared call: when, after running its own tasks, it waits for the workers more than
+twice its own time per task (plus ``SLACK_NS``), a worker was held up, and calls run alone
+(as with ``threads=1``) for ``backoff`` nanoseconds, doubled at each straggler up to
+``MAX_BACKOFF_NS`` and reset by a shared call that finishes on time. While waiting, the
+caller yields its core after ``YIELD_SPINS`` pauses, so a worker waiting for that core runs.
 """
 
 import atexit
@@ -40,12 +51,19 @@ I32, I64, PTR = irutil.I32, irutil.I64, irutil.PTR
 TASK_TYPE = ir.FunctionType(ir.VoidType(), [PTR, I64])
 PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64])
 SPINS = 200_000                 # pause loops before a worker sleeps (about a millisecond)
+YIELD_SPINS = 2_000             # pause loops before a waiting caller yields its core
+SLACK_NS = 50_000               # a wait this much longer than expected marks a straggler
+BACKOFF_NS = 1_000_000          # first time callers run alone after a straggler
+MAX_BACKOFF_NS = 256_000_000    # longest (so a lasting load costs a probe every 1/4 s)
+CLOCK_MONOTONIC = 1
+THREAD_CPU_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system())   # CLOCK_THREAD_CPUTIME_ID
 _FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129                       # the *_PRIVATE operations
 # Fields of the pool record.
-WORD, DONE, TASK, CONTEXT, COUNT, SEQUENCE, SLEEPERS, LOCK, STOP, WORKERS = range(10)
-_POOL_TYPE = ir.LiteralStructType([I64, I64, PTR, PTR, I64, I32, I32, I32, I32, I32])
-_FIELD_SIZES = [8, 8, 8, 8, 8, 4, 4, 4, 4, 4]
+(WORD, DONE, TASK, CONTEXT, COUNT, ALONE_UNTIL, BACKOFF, SEQUENCE, SLEEPERS, LOCK, STOP,
+ WORKERS) = range(12)
+_POOL_TYPE = ir.LiteralStructType([I64, I64, PTR, PTR, I64, I64, I64, I32, I32, I32, I32, I32])
+_FIELD_SIZES = [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4]
 CLOSED = 0xFFFFFFFF             # the task index of a generation whose work is being replaced
 
 
@@ -70,6 +88,9 @@ class _Emitter:
         if futex is not None:
             self.syscall = ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True),
                                        "syscall")
+        self.clock_gettime = ir.Function(module, ir.FunctionType(I32, [I32, PTR]),
+                                         "clock_gettime")
+        self.sched_yield = ir.Function(module, ir.FunctionType(I32, []), "sched_yield")
         self.pause = None
         if platform.machine() in ("x86_64", "AMD64"):
             self.pause = ir.Function(module, ir.FunctionType(ir.VoidType(), []),
@@ -91,6 +112,13 @@ class _Emitter:
         if self.pause is not None:
             b.call(self.pause, [])
 
+    def now(self, b, timespec, clock=CLOCK_MONOTONIC):
+        """A clock in nanoseconds (``timespec``: two i64 on the stack)."""
+        b.call(self.clock_gettime, [ir.Constant(I32, clock), timespec])
+        seconds = b.load(timespec, typ=I64)
+        nanoseconds = b.load(irutil.element_ptr(b, timespec, "int64", irutil.i64(1)), typ=I64)
+        return b.add(b.mul(seconds, irutil.i64(1_000_000_000)), nanoseconds)
+
     def futex_call(self, b, operation, value):
         if self.futex is None:
             return
@@ -106,14 +134,18 @@ class _Emitter:
         return function, ir.IRBuilder(function.append_basic_block("entry"))
 
     def run_tasks(self):
-        """``run(generation)``: claim and run tasks of ``generation`` until none is left."""
-        function, b = self.function("myelin_run_tasks", ir.FunctionType(ir.VoidType(), [I64]),
+        """``run(generation)``: claim and run tasks of ``generation`` until none is left;
+        returns how many this thread ran."""
+        function, b = self.function("myelin_run_tasks", ir.FunctionType(I64, [I64]),
                                     "internal")
         generation = function.args[0]
+        entry = b.block
         loop, claim, run, finish = (function.append_basic_block(n)
                                     for n in ("loop", "claim", "run", "finish"))
         b.branch(loop)
         b.position_at_end(loop)
+        ran = b.phi(I64, "ran")
+        ran.add_incoming(irutil.i64(0), entry)
         word = self.load(b, WORD)
         current = b.icmp_unsigned("==", b.lshr(word, irutil.i64(32)), generation)
         index = b.and_(word, irutil.i64(0xFFFFFFFF))
@@ -124,13 +156,15 @@ class _Emitter:
         context = self.load(b, CONTEXT, "acquire")
         swap = b.cmpxchg(self.field(b, WORD), word, b.add(word, irutil.i64(1)), "seq_cst",
                          "seq_cst")
+        ran.add_incoming(ran, claim)
         b.cbranch(b.extract_value(swap, 1), run, loop)
         b.position_at_end(run)
         irutil.call_pointer(b, task, TASK_TYPE, [context, index])
         b.atomic_rmw("add", self.field(b, DONE), irutil.i64(1), "seq_cst")
+        ran.add_incoming(b.add(ran, irutil.i64(1)), run)
         b.branch(loop)
         b.position_at_end(finish)
-        b.ret_void()
+        b.ret(ran)
         return function
 
     def worker(self, run_tasks):
@@ -184,9 +218,10 @@ class _Emitter:
         """``myelin_parallel_for(task, context, count)``: run tasks 0..count-1, return when done."""
         function, b = self.function("myelin_parallel_for", PARALLEL_FOR_TYPE)
         task, context, count = function.args
-        alone, share, publish, wait, spin, unlock = (
+        alone, share, check, publish, wait, spin, done, unlock = (
             function.append_basic_block(n)
-            for n in ("alone", "share", "publish", "wait", "spin", "unlock"))
+            for n in ("alone", "share", "check", "publish", "wait", "spin", "done", "unlock"))
+        timespec = b.alloca(ir.ArrayType(I64, 2))
         workers = self.load(b, WORKERS, "monotonic")
         few = b.or_(b.icmp_signed("<=", count, irutil.i64(1)),
                     b.icmp_unsigned("==", workers, ir.Constant(I32, 0)))
@@ -199,7 +234,16 @@ class _Emitter:
         b.position_at_end(share)
         locked = b.cmpxchg(self.field(b, LOCK), ir.Constant(I32, 0), ir.Constant(I32, 1),
                            "acquire", "monotonic")
-        b.cbranch(b.extract_value(locked, 1), publish, alone)
+        b.cbranch(b.extract_value(locked, 1), check, alone)
+        # Check: alone too while a recent straggler says the cores are busy with other work.
+        b.position_at_end(check)
+        start = self.now(b, timespec)
+        if THREAD_CPU_CLOCK is not None:
+            start_cpu = self.now(b, timespec, THREAD_CPU_CLOCK)
+        busy = b.icmp_signed("<", start, self.load(b, ALONE_UNTIL, "monotonic"))
+        with b.if_then(busy):
+            self.store(b, LOCK, ir.Constant(I32, 0), "release")
+        b.cbranch(busy, alone, publish)
         b.position_at_end(publish)
         # Close the last generation first: a worker that read its word (all tasks claimed)
         # and then this call's count, task and context must fail its compare-and-swap.
@@ -215,14 +259,52 @@ class _Emitter:
         sleeping = b.icmp_unsigned("!=", self.load(b, SLEEPERS), ir.Constant(I32, 0))
         with b.if_then(sleeping):
             self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
-        b.call(run_tasks, [generation])
+        ran = b.call(run_tasks, [generation])
+        finished_own = self.now(b, timespec)
+        before_wait = b.block
         b.branch(wait)
         b.position_at_end(wait)
+        spins = b.phi(I64, "spins")
+        spins.add_incoming(irutil.i64(0), before_wait)
         finished = b.icmp_signed(">=", self.load(b, DONE), count)
-        b.cbranch(finished, unlock, spin)
+        b.cbranch(finished, done, spin)
         b.position_at_end(spin)
         self.spin(b)
+        with b.if_then(b.icmp_unsigned(">=", spins, irutil.i64(YIELD_SPINS))):
+            b.call(self.sched_yield, [])
+        spins.add_incoming(b.add(spins, irutil.i64(1)), b.block)
         b.branch(wait)
+        # Done: a wait longer than twice this thread's time per task marks a straggler, and
+        # so does this thread losing its core for over a quarter of the call.
+        b.position_at_end(done)
+        end = self.now(b, timespec)
+        per_task = b.sdiv(b.sub(finished_own, start), b.select(
+            b.icmp_signed(">", ran, irutil.i64(0)), ran, irutil.i64(1)))
+        late = b.icmp_signed(">", b.sub(end, finished_own),
+                             b.add(b.mul(per_task, irutil.i64(2)), irutil.i64(SLACK_NS)))
+        late = b.and_(late, b.icmp_signed(">", ran, irutil.i64(0)))
+        if THREAD_CPU_CLOCK is not None:
+            wall = b.sub(end, start)
+            lost = b.sub(wall, b.sub(self.now(b, timespec, THREAD_CPU_CLOCK), start_cpu))
+            preempted = b.and_(b.icmp_signed(">", b.mul(lost, irutil.i64(4)), wall),
+                               b.icmp_signed(">", lost, irutil.i64(SLACK_NS)))
+            late = b.or_(late, preempted)
+        backoff = self.load(b, BACKOFF, "monotonic")
+        backoff = b.select(b.icmp_signed("<", backoff, irutil.i64(BACKOFF_NS)),
+                           irutil.i64(BACKOFF_NS), backoff)
+        with b.if_else(late) as (straggler, on_time):
+            with straggler:
+                self.store(b, ALONE_UNTIL, b.add(end, backoff), "monotonic")
+                doubled = b.mul(backoff, irutil.i64(2))
+                self.store(b, BACKOFF, b.select(
+                    b.icmp_signed(">", doubled, irutil.i64(MAX_BACKOFF_NS)),
+                    irutil.i64(MAX_BACKOFF_NS), doubled), "monotonic")
+            with on_time:
+                # Calm for four times the last backoff since running alone: start afresh.
+                calm = b.sub(end, self.load(b, ALONE_UNTIL, "monotonic"))
+                with b.if_then(b.icmp_signed(">", calm, b.mul(backoff, irutil.i64(4)))):
+                    self.store(b, BACKOFF, irutil.i64(BACKOFF_NS), "monotonic")
+        b.branch(unlock)
         b.position_at_end(unlock)
         self.store(b, LOCK, ir.Constant(I32, 0), "release")
         b.ret_void()
