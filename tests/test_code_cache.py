@@ -413,3 +413,26 @@ def test_stale_temporary_files_are_pruned(tmp_path, w1, monkeypatch):
     monkeypatch.setattr(cachefiles, "_swept", set())     # (as in a new process)
     assert cachefiles.write_atomic(str(tmp_path), "entry", [b"x"])
     assert not fresh.exists() and (tmp_path / "entry").exists()
+
+
+@pytest.mark.parametrize("symbol, found", [("memcpy", True), ("myelin_no_such_symbol", False)])
+def test_code_calling_the_c_library_is_kept(tmp_path, caplog, symbol, found):
+    """LLVM turns copy loops into calls of memcpy: an entry using a C library function the
+    process has loads; one using a symbol nothing has is a miss."""
+    import llvmlite.ir as ir
+
+    from myelin.codegen.llvm import engine, irutil, target
+
+    module = ir.Module("calls")
+    callee = ir.Function(module, ir.FunctionType(irutil.PTR, [irutil.PTR] * 2 + [irutil.I64]),
+                         symbol)
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * 2), "copy")
+    b = ir.IRBuilder(function.append_basic_block())
+    b.call(callee, [*function.args, irutil.i64(64)])
+    b.ret_void()
+    code, _ = engine.compile_object(module, target.host())
+    cache = CodeCache(str(tmp_path))
+    fields = {"triple": "t", "cpu": "c", "features": "f", "symbol": symbol}
+    cache.store(fields, code, [], [])
+    assert (cache.load(fields) is not None) == found
+    assert ("which nothing binds" in caplog.text) != found

@@ -45,6 +45,7 @@ can vouch for. The structural checks make a signed entry that is inconsistent (a
 bug) a miss rather than a crash; they cannot make wrong code, correctly signed, right.
 """
 
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -74,6 +75,17 @@ _DTYPES = {np.dtype(name).str for name in ("bool", "int8", "uint8", "int16", "ui
                                             "float32", "float64", "complex64", "complex128")}
 _MAX_DIMS = 32
 _KINDS = {"global": str, "counters": str, "array": int, "pool": int}   # kind: its "what"
+_PROCESS = ctypes.CDLL(None)
+
+
+def _in_process(name):
+    """Whether this process has the symbol ``name`` (the C library's memcpy, say), as the JIT
+    finds it when it links code: LLVM's own symbol table holds only what was added to it."""
+    try:
+        getattr(_PROCESS, name)
+    except AttributeError:
+        return bool(llvm.address_of_symbol(name))
+    return True
 
 
 @dataclasses.dataclass
@@ -260,7 +272,7 @@ class CodeCache:
                        for symbol, key, nbytes in header["symbols"]])
         bound = {symbol for symbol, _, _ in entry.symbols}
         for name in elf.undefined_symbols(entry.object) - bound:
-            if name.startswith(externals.PREFIX) or not llvm.address_of_symbol(name):
+            if name.startswith(externals.PREFIX) or not _in_process(name):
                 raise ValueError(f"its code uses the symbol {name}, which nothing binds")
         return header, entry
 
