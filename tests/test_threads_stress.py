@@ -3,12 +3,12 @@ be bit-identical to the first (a race shows as a result that changes from run to
 match the float64 reference.
 
 The cell chains one step of each kernel that splits (a convolution with a fused residual
-epilogue, a depthwise convolution with a fused clip, max and average pools, a transpose,
-products with fused epilogues, a fused element-wise group, a single element-wise op), each
-large enough to be split, so the pool publishes new work back to back. More threads than
-cores make the workers be preempted at any point; a second thread computing another instance
-at the same time takes the pool's other path (its tasks run alone while the first holds the
-pool).
+epilogue, a depthwise convolution with a fused clip, a grouped one, max and average pools, a
+transpose, products with fused epilogues, a fused element-wise group, a single element-wise
+op), each large enough to be split, so the pool publishes new work back to back. More threads
+than cores make the workers be preempted at any point; a second thread computing another
+instance at the same time takes the pool's other path (its tasks run alone while the first
+holds the pool).
 """
 
 import threading
@@ -33,6 +33,7 @@ def _flow(rng):
     t = f.relu(f.add(conv, x))                                    # FusedConv, residual
     t = f.op("Conv", [t, const(32, 1, 3, 3)], None, dict(group=32, pads=[1, 1, 1, 1]))
     t = f.minimum(f.maximum(t, f.const(np.float32(0))), f.const(np.float32(6)))  # depthwise
+    t = f.op("Conv", [t, const(32, 4, 3, 3)], None, dict(group=8, pads=[1, 1, 1, 1]))  # grouped
     pooled = f.op("MaxPool", [t], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     pooled = f.op("AveragePool", [pooled], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     rows = f.reshape(f.transpose(pooled, [0, 2, 3, 1]), [56 * 56, 32])

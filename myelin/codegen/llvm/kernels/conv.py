@@ -1,16 +1,16 @@
 """Convolutions: ``Conv`` computed directly in register tiles, ``ConvTranspose`` by scattering.
 
-``Conv`` (NC[D]HW, any number of spatial axes, groups) loops over images, groups and the outer
-output rows; for each row it computes tiles of ``ROWS`` output channels by ``VECTORS`` vectors
-along the innermost output axis, like the matmul kernel: for each input channel and kernel tap
-one vector of the input row is loaded per tile column (with a stride, a wider vector whose
-every s-th lane is kept) and multiplied by the weight of each tile row splatted over the lanes,
-so each load feeds ``ROWS`` fused multiply-adds. The taps along the outer axes that fall in the
-padding are skipped by loop bounds computed per row; along the innermost axis the vector tiles
-cover the columns whose taps are all inside the input, and the border columns (and the few
-columns left between the vectors) are computed one at a time with bounds per column. A
-convolution with a 1x1 kernel, unit strides and no padding is computed over the flattened
-spatial axes. The bias is added where the tile is stored.
+``Conv`` (NC[D]HW, any number of spatial axes, groups) splits its rows (images x groups x outer
+output indices) over tasks; for each row it computes tiles of ``ROWS`` output channels by
+``VECTORS`` vectors along the innermost output axis, like the matmul kernel: for each input
+channel and kernel tap one vector of the input row is loaded per tile column (with a stride, a
+wider vector whose every s-th lane is kept) and multiplied by the weight of each tile row
+splatted over the lanes, so each load feeds ``ROWS`` fused multiply-adds. The taps along the
+outer axes that fall in the padding are skipped by loop bounds computed per row; along the
+innermost axis the vector tiles cover the columns whose taps are all inside the input, and the
+border columns (and the few columns left between the vectors) are computed one at a time with
+bounds per column. A convolution with a 1x1 kernel, unit strides and no padding is computed
+over the flattened spatial axes. The bias is added where the tile is stored.
 """
 
 import math
@@ -155,12 +155,6 @@ class ConvKernel(OutlinedKernel):
     def emit_body(self, ctx, step):
         conv = fused_ops.conv_part(step)
         g = conv_ops.geometry(conv)
-        x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
-        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
-        extras = [(ctx.pointer(e), e.shape == y.shape)
-                  for e in step.inputs[fused_ops.first_extra(step):]] if epilogue else []
-        dtype = y.dtype
         geo = dict(inp=list(g.input), out=list(g.output), kernel=list(g.kernel),
                    strides=list(g.strides), dilations=list(g.dilations),
                    pads=list(g.pads_begin))
@@ -169,6 +163,35 @@ class ConvKernel(OutlinedKernel):
             plane = math.prod(g.input)
             geo = dict(inp=[plane], out=[plane], kernel=[1], strides=[1], dilations=[1],
                        pads=[0])
+        # Tasks take runs of rows: (image, group, outer output indices) flattened.
+        outer = [g.batch, g.group] + geo["out"][:-1]
+        units = math.prod(outer)
+        tasks, size = ctx.chunks(units, self.flops(step))
+
+        def task(sub, index):
+            b = sub.builder
+            start = b.mul(index, irutil.i64(size))
+            stop = b.add(start, irutil.i64(size))
+            stop = b.select(b.icmp_signed("<", stop, irutil.i64(units)), stop,
+                            irutil.i64(units))
+            with irutil.for_range(b, start, stop, name="unit") as unit:
+                indices = []
+                for extent in reversed(outer[1:]):
+                    indices.insert(0, b.urem(unit, irutil.i64(extent)))
+                    unit = b.udiv(unit, irutil.i64(extent))
+                indices.insert(0, unit)
+                self._emit_row(sub, step, conv, g, geo, indices)
+
+        ctx.parallel(f"Conv.{step.name}", step.inputs + step.outputs, tasks, task)
+
+    def _emit_row(self, ctx, step, conv, g, geo, indices):
+        """One output row: ``indices`` are the image, the group and the outer output axes."""
+        x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
+        extras = [(ctx.pointer(e), e.shape == y.shape)
+                  for e in step.inputs[fused_ops.first_extra(step):]] if epilogue else []
+        dtype = y.dtype
         cg, mg = g.in_channels // g.group, g.out_channels // g.group
         in_plane, out_plane = math.prod(g.input), math.prod(g.output)
         ksize = math.prod(g.kernel)
@@ -321,10 +344,7 @@ class ConvKernel(OutlinedKernel):
             if mg > full:
                 channel_block(full, mg - full)
 
-        def image_group(indices):
-            nested_loops(b, geo["out"][:-1], lambda rows: row(indices, rows), name="oy")
-
-        nested_loops(b, [g.batch, g.group], image_group, name="ng")
+        row(indices[:2], indices[2:])
 
     @staticmethod
     def _load_strided(b, base, dtype, start, width, stride):

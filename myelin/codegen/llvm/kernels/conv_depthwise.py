@@ -159,7 +159,7 @@ class _Piece:
         chunks = s.phase // lanes
         pad = g.pads_begin[1]
         # Chunk k reads input columns k * wide - pad + [0, wide): whole ones run in a loop.
-        inner = [k for k in range(chunks) if k * wide - pad >= 0 and k * wide - pad + wide <= width]
+        inner = [k for k in range(chunks) if 0 <= k * wide - pad <= width - wide]
         with irutil.for_range(b, 0, s.span(self.band), name="copy") as i:
             source_row = b.add(top, i)
             target = irutil.element_ptr(b, self.buffer, dtype, b.mul(i, irutil.i64(s.row)))
