@@ -68,6 +68,19 @@ POOL = [
     ("AveragePool", [(1, 2, 6, 40)], dict(kernel_shape=[2, 3], pads=[1, 1, 0, 2],
                                           count_include_pad=1, ceil_mode=1)),
     ("AveragePool", [(1, 2, 7, 71)], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1])),
+    # The same along the last axis of 1-D and 3-D pools.
+    ("MaxPool", [(1, 2, 61)], dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ("AveragePool", [(2, 3, 45)], dict(kernel_shape=[4], pads=[2, 1], count_include_pad=1,
+                                       ceil_mode=1)),
+    ("MaxPool", [(1, 2, 4, 5, 43)], dict(kernel_shape=[2, 3, 3], strides=[1, 2, 2],
+                                         pads=[1, 1, 1, 0, 1, 1], dilations=[2, 1, 1])),
+    ("MaxPool", [(1, 3, 3, 4, 50)], dict(kernel_shape=[1, 2, 3], dilations=[1, 1, 2],
+                                         pads=[0, 1, 0, 0, 0, 2], ceil_mode=1)),
+    ("AveragePool", [(1, 2, 5, 6, 37)], dict(kernel_shape=[3, 2, 3], strides=[2, 1, 1],
+                                             pads=[1, 0, 1, 1, 1, 2])),
+    ("AveragePool", [(1, 2, 5, 6, 37)], dict(kernel_shape=[3, 2, 3], strides=[2, 2, 1],
+                                             pads=[1, 1, 2, 1, 1, 0], count_include_pad=1,
+                                             ceil_mode=1)),
     ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1],
                                      p=3)),
     ("LpPool", [(1, 3, 9, 10)], dict(kernel_shape=[2, 2], strides=[2, 2])),
@@ -210,7 +223,10 @@ def test_pools_split_over_threads(threads):
     cases = [("MaxPool", [(2, 13, 120, 121)], dict(kernel_shape=[3, 3], strides=[2, 2],
                                                  pads=[1, 1, 1, 1])),
              ("AveragePool", [(1, 23, 64, 64)], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
-             ("GlobalAveragePool", [(3, 37, 70, 71)], {})]
+             ("GlobalAveragePool", [(3, 37, 70, 71)], {}),
+             ("MaxPool", [(1, 19, 9, 30, 31)], dict(kernel_shape=[3, 3, 3], pads=[1] * 6)),
+             ("AveragePool", [(2, 11, 8, 28, 29)], dict(kernel_shape=[2, 2, 2],
+                                                        strides=[2, 2, 2]))]
     _check(cases, "float32", "host", threads=threads)
     _check(cases[:1], "float32", "host", indices=True, threads=threads)
 

@@ -4,10 +4,10 @@
 pools one output element at a time (a NaN in a MaxPool window gives NaN, and its Indices the
 first NaN, as the reference): for each window the taps inside the input are found by
 loop bounds per axis (so padding and ceil_mode windows cost nothing), folded into a scalar
-accumulator, and finished (divided by the count, or raised to 1/p). A 2-D MaxPool (without
-Indices) or AveragePool with row stride 1 or 2 computes the columns whose windows lie inside
-the input row in vectors instead, one load (and a shuffle, for stride 2) per tap; only the
-border columns go one at a time. ``LRNKernel`` runs in
+accumulator, and finished (divided by the count, or raised to 1/p). A MaxPool (without
+Indices) or AveragePool of any rank with stride 1 or 2 along its last axis computes the
+columns whose windows lie inside the input row in vectors instead, one load (and a shuffle,
+for stride 2) per tap; only the border columns go one at a time. ``LRNKernel`` runs in
 vectors over the spatial positions of each channel, summing the squares over the channel
 window.
 """
@@ -154,22 +154,25 @@ class PoolKernel(OutlinedKernel):
         first, last = (_vector_columns(g, lanes) if kind in ("MaxPool", "AveragePool")
                        and ip is None else (0, 0))
         vectors = -(-(last - first) // lanes)
+
+        def row(nc, outer):
+            # Border columns one at a time, the others in vectors, the last of which ends at
+            # ``last`` (computing some outputs twice, to the same values).
+            for lo, hi in ((0, first), (last, g.output[-1])):
+                if lo < hi:
+                    with irutil.for_range(b, lo, hi, name="ox") as ox:
+                        element(nc, outer + [ox])
+            with irutil.for_range(b, 0, vectors, name="ov") as v:
+                ox = b.add(b.mul(v, irutil.i64(lanes)), irutil.i64(first))
+                final = irutil.i64(last - lanes)
+                ox = b.select(b.icmp_signed("<", ox, final), ox, final)
+                _pool_vector(ctx, step, g, lanes, include_pad, nc, outer, ox)
+
         with irutil.for_range(b, start, end, name="nc") as nc:
             if not vectors:
                 nested_loops(b, list(g.output), lambda outs: element(nc, outs), name="o")
             else:
-                # Border columns one at a time, the others in vectors, the last of which
-                # ends at ``last`` (computing some outputs twice, to the same values).
-                with irutil.for_range(b, 0, g.output[0], name="oy") as oy:
-                    for lo, hi in ((0, first), (last, g.output[1])):
-                        if lo < hi:
-                            with irutil.for_range(b, lo, hi, name="ox") as ox:
-                                element(nc, [oy, ox])
-                    with irutil.for_range(b, 0, vectors, name="ov") as v:
-                        ox = b.add(b.mul(v, irutil.i64(lanes)), irutil.i64(first))
-                        final = irutil.i64(last - lanes)
-                        ox = b.select(b.icmp_signed("<", ox, final), ox, final)
-                        _pool_vector(ctx, step, g, lanes, include_pad, nc, oy, ox)
+                nested_loops(b, list(g.output[:-1]), lambda outer: row(nc, outer), name="o")
 
 
 def _maximum(builder, x, y, dtype):
@@ -178,57 +181,74 @@ def _maximum(builder, x, y, dtype):
 
 
 def _vector_columns(g, lanes):
-    """The output columns [first, last) of a 2-D pool (strides 1 or 2 along the row) whose
+    """The output columns [first, last) of a pool (strides 1 or 2 along the last axis) whose
     windows lie inside the input row far enough from its end that each tap row of ``lanes``
     outputs is one load, or (0, 0) where they are fewer than ``lanes``."""
-    if g.rank != 2 or g.strides[1] > 2 or lanes < 2:
+    if g.strides[-1] > 2 or lanes < 2:
         return 0, 0
-    (width, kw), (stride, dilation, pad) = ((g.input[1], g.kernel[1]),
-                                            (g.strides[1], g.dilations[1], g.pads_begin[1]))
+    width, kw = g.input[-1], g.kernel[-1]
+    stride, dilation, pad = g.strides[-1], g.dilations[-1], g.pads_begin[-1]
     first = -(-pad // stride)
     # A vector at column o loads input columns o*stride - pad + tap*dilation onwards,
     # stride * lanes of them for the last tap.
     last_start = min((width + pad - (kw - 1) * dilation - stride * lanes) // stride,
-                     g.output[1] - lanes)
+                     g.output[-1] - lanes)
     if last_start < first:
         return 0, 0
     return first, last_start + lanes
 
 
-def _pool_vector(ctx, step, g, lanes, include_pad, nc, oy, ox):
-    """Outputs [ox, ox + lanes) of row ``oy`` of plane ``nc`` of a MaxPool or AveragePool
-    whose windows lie inside the input row: the maximum or mean of one load per tap."""
+def _pool_vector(ctx, step, g, lanes, include_pad, nc, outer, ox):
+    """Outputs [ox, ox + lanes) of the row at output coordinates ``outer`` (all axes but the
+    last) of plane ``nc`` of a MaxPool or AveragePool whose windows lie inside the input row:
+    the maximum or mean of one load per tap."""
     b, dtype = ctx.builder, step.outputs[0].dtype
     x, y = step.inputs[0], step.outputs[0]
-    (height, width), (kh, kw) = g.input, g.kernel
-    (sh, sw), (dh, dw), (ph, pw) = g.strides, g.dilations, g.pads_begin
+    kw, sw, dw, pw = g.kernel[-1], g.strides[-1], g.dilations[-1], g.pads_begin[-1]
+    in_strides = loops.contiguous_strides(g.input)
+    out_strides = loops.contiguous_strides(g.output)
     vector = irutil.vector_of(irutil.compute_type(dtype), lanes)
     maximum = step.type == "MaxPool"
-    lo, hi = tap_range(b, oy, sh, ph, dh, kh, height)
-    row = b.sub(b.mul(oy, irutil.i64(sh)), irutil.i64(ph))
-    column = b.sub(b.mul(ox, irutil.i64(sw)), irutil.i64(pw))
-    start = b.add(b.mul(nc, irutil.i64(height * width)),
-                  b.add(b.mul(row, irutil.i64(width)), column))
+    ranges = [tap_range(b, o, g.strides[a], g.pads_begin[a], g.dilations[a], g.kernel[a],
+                        g.input[a]) for a, o in enumerate(outer)]
+    start = b.add(b.mul(nc, irutil.i64(math.prod(g.input))),
+                  b.sub(b.mul(ox, irutil.i64(sw)), irutil.i64(pw)))
+    for a, o in enumerate(outer):
+        origin = b.sub(b.mul(o, irutil.i64(g.strides[a])), irutil.i64(g.pads_begin[a]))
+        start = b.add(start, b.mul(origin, irutil.i64(in_strides[a])))
     xp = ctx.pointer(x)
-    initial = irutil.const(vector, -math.inf if maximum else 0)
-    with irutil.accumulating_loop(b, lo, hi, [initial], name="ky") as loop:
-        line = b.add(start, b.mul(loop.index, irutil.i64(dh * width)))
-        total = loop.values[0]
-        for kx in range(kw):
-            at = irutil.element_ptr(b, xp, dtype, b.add(line, irutil.i64(kx * dw)))
-            value = irutil.load(b, at, dtype, sw * lanes)
-            if sw > 1:
-                value = irutil.every_nth(b, value, sw, lanes)
-            total = _maximum(b, total, value, dtype) if maximum else b.fadd(total, value)
-        loop.set_next([total])
-    total = loop.results[0]
+
+    def fold(axis, total, line):
+        """``total`` folded with the taps of the window's axes from ``axis`` on, the earlier
+        axes' taps fixed (their row starting at ``line``)."""
+        if axis == len(outer):
+            for kx in range(kw):
+                at = irutil.element_ptr(b, xp, dtype, b.add(line, irutil.i64(kx * dw)))
+                value = irutil.load(b, at, dtype, sw * lanes)
+                if sw > 1:
+                    value = irutil.every_nth(b, value, sw, lanes)
+                total = _maximum(b, total, value, dtype) if maximum else b.fadd(total, value)
+            return total
+        lo, hi = ranges[axis]
+        tap_stride = irutil.i64(g.dilations[axis] * in_strides[axis])
+        with irutil.accumulating_loop(b, lo, hi, [total], name=f"k{axis}") as loop:
+            at = b.add(line, b.mul(loop.index, tap_stride))
+            loop.set_next([fold(axis + 1, loop.values[0], at)])
+        return loop.results[0]
+
+    total = fold(0, irutil.const(vector, -math.inf if maximum else 0), start)
     if not maximum:
-        if include_pad:
-            lo, hi = tap_range(b, oy, sh, 0, dh, kh, height + ph + g.pads_end[0])
-        count = b.mul(b.sub(hi, lo), irutil.i64(kw))
+        count = irutil.i64(kw)
+        for a, o in enumerate(outer):
+            lo, hi = ranges[a]
+            if include_pad:
+                lo, hi = tap_range(b, o, g.strides[a], 0, g.dilations[a], g.kernel[a],
+                                   g.input[a] + g.pads_begin[a] + g.pads_end[a])
+            count = b.mul(count, b.sub(hi, lo))
         total = b.fdiv(total, irutil.splat(b, b.sitofp(count, vector.element), lanes))
-    at = b.add(b.mul(nc, irutil.i64(math.prod(g.output))),
-               b.add(b.mul(oy, irutil.i64(g.output[1])), ox))
+    at = b.add(b.mul(nc, irutil.i64(math.prod(g.output))), ox)
+    for a, o in enumerate(outer):
+        at = b.add(at, b.mul(o, irutil.i64(out_strides[a])))
     irutil.store(b, total, irutil.element_ptr(b, ctx.pointer(y), dtype, at), dtype)
 
 
