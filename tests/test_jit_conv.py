@@ -43,6 +43,32 @@ CONV_TRANSPOSE = [
     ("ConvTranspose", [(1, 3, 5, 6), (3, 2, 3, 3)], dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     ("ConvTranspose", [(1, 3, 7), (3, 2, 4), (2,)], dict(strides=[3], pads=[1, 2])),
     ("ConvTranspose", [(1, 2, 3, 4, 3), (2, 2, 2, 3, 2)], dict(strides=[2, 1, 2])),
+    # Kernel = stride (each output from one column: stored), cropped by pads, with groups.
+    ("ConvTranspose", [(1, 5, 7, 13), (5, 3, 2, 2), (3,)], dict(strides=[2, 2])),
+    ("ConvTranspose", [(1, 3, 5, 17), (3, 2, 3, 3)], dict(strides=[3, 3], pads=[1, 2, 0, 1])),
+    ("ConvTranspose", [(2, 6, 5, 18), (6, 2, 2, 2), (6,)], dict(strides=[2, 2], group=3)),
+    ("ConvTranspose", [(1, 2, 4, 11), (2, 2, 5, 5), (2,)], dict(strides=[5, 5])),
+    # Overlapping taps (added): 3x3 and 4x4 stride 2 pad 1, stride 1, dilations.
+    ("ConvTranspose", [(1, 6, 9, 11), (6, 4, 3, 3), (4,)], dict(strides=[2, 2],
+                                                             pads=[1, 1, 1, 1],
+                                                             output_padding=[1, 1])),
+    ("ConvTranspose", [(2, 4, 8, 21), (4, 5, 4, 4), (5,)], dict(strides=[2, 2],
+                                                             pads=[1, 1, 1, 1])),
+    ("ConvTranspose", [(1, 7, 6, 40), (7, 3, 3, 3)], dict(pads=[1, 1, 1, 1])),
+    ("ConvTranspose", [(1, 3, 6, 19), (3, 2, 3, 2)], dict(strides=[2, 2], dilations=[2, 3],
+                                                       pads=[0, 1, 2, 0])),
+    # Gaps the taps do not reach (bias only): kernel < stride, output_padding, stride 5.
+    ("ConvTranspose", [(1, 3, 4, 9), (3, 2, 1, 1), (2,)], dict(strides=[2, 3])),
+    ("ConvTranspose", [(1, 3, 5, 9), (3, 2, 2, 2), (2,)], dict(strides=[2, 2],
+                                                            output_padding=[1, 1])),
+    ("ConvTranspose", [(1, 2, 3, 10), (2, 3, 3, 3)], dict(strides=[5, 5], pads=[0, 1, 2, 0])),
+    # 1-D and 3-D.
+    ("ConvTranspose", [(2, 4, 45), (4, 3, 4), (3,)], dict(strides=[2], pads=[1, 1])),
+    ("ConvTranspose", [(1, 3, 50), (3, 2, 2)], dict(strides=[2])),
+    ("ConvTranspose", [(1, 4, 3, 5, 19), (4, 3, 2, 2, 2), (3,)], dict(strides=[2, 2, 2])),
+    ("ConvTranspose", [(1, 2, 4, 6, 9), (2, 3, 3, 3, 3)], dict(strides=[2, 1, 2],
+                                                             pads=[1, 1, 1, 1, 0, 1],
+                                                             output_padding=[1, 0, 1])),
 ]
 POOL = [
     ("MaxPool", [(2, 3, 9, 10)], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
@@ -120,11 +146,29 @@ def test_conv(dtype, features):
     _check(CONV, dtype, features)
 
 
-@pytest.mark.parametrize("features", ["host", "sse"])
+@pytest.mark.parametrize("features", PRESETS)
 def test_conv_transpose(features):
     _check(CONV_TRANSPOSE, "float32", features)
     if features == "host":
         _check(CONV_TRANSPOSE, "float64", features)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_conv_transpose_windows_and_tasks(threads):
+    """Transposed convolutions large enough for several windows of columns (the last moved
+    back), tasks by blocks of output rows (overlapping taps recomputed at block edges), and
+    row blocks of whole channels where one panel of every row would not fit the buffer."""
+    cases = [("ConvTranspose", [(1, 8, 30, 41), (8, 24, 2, 2), (24,)], dict(strides=[2, 2])),
+             ("ConvTranspose", [(2, 16, 17, 19), (16, 8, 3, 3), (8,)],
+              dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+             ("ConvTranspose", [(1, 24, 40, 40), (24, 1, 2, 2)], dict(strides=[2, 2])),
+             ("ConvTranspose", [(1, 12, 20, 23), (12, 4, 4, 4), (8,)],
+              dict(strides=[2, 2], pads=[1, 1, 1, 1], group=2)),
+             ("ConvTranspose", [(1, 2, 5, 6), (2, 200, 4, 4), (200,)], dict(strides=[2, 2])),
+             ("ConvTranspose", [(1, 6, 200), (6, 5, 5), (5,)], dict(strides=[3], pads=[2, 1]))]
+    kernels = _check(cases, "float32", "host", threads=threads)
+    assert set(kernels.values()) == {"ConvTranspose"}
+    _check(cases[1:2], "float64", "host", threads=threads)
 
 
 @pytest.mark.parametrize("features", PRESETS)

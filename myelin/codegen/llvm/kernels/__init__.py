@@ -2,9 +2,10 @@
 
 from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
-from myelin.codegen.llvm.kernels.conv import ConvKernel, ConvTransposeKernel
+from myelin.codegen.llvm.kernels.conv import ConvKernel
 from myelin.codegen.llvm.kernels.conv_depthwise import DepthwiseConvKernel
 from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
+from myelin.codegen.llvm.kernels.conv_transpose import ConvTransposeKernel
 from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
 from myelin.codegen.llvm.kernels.fused import CalculateKernel
 from myelin.codegen.llvm.kernels.indexing import KERNELS as _INDEXING_KERNELS

@@ -1,4 +1,4 @@
-"""Convolutions: ``Conv`` computed directly in register tiles, ``ConvTranspose`` by scattering.
+"""Convolutions: ``Conv`` computed directly in register tiles.
 
 ``Conv`` (NC[D]HW, any number of spatial axes, groups) splits its rows (images x groups x outer
 output indices) over tasks; for each row it computes tiles of ``ROWS`` output channels by
@@ -361,83 +361,3 @@ class ConvKernel(OutlinedKernel):
             vector = b.insert_element(vector, irutil.load(b, at, dtype),
                                       ir.Constant(irutil.I32, lane))
         return vector
-
-
-class ConvTransposeKernel(OutlinedKernel):
-    """``ConvTranspose``: the output is set to the bias, then every input element times each
-    weight it meets is added to its output position (scalar code)."""
-
-    name = "ConvTranspose"
-
-    def supports(self, step, target):
-        return (step.type == "ConvTranspose" and len(step.inputs[0].shape) >= 3
-                and supported_floats(step))
-
-    def flops(self, step):
-        w = step.inputs[1]
-        return 2 * step.inputs[0].elements * math.prod(w.shape[1:])
-
-    def emit_body(self, ctx, step):
-        g = conv_ops.geometry(step)
-        x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
-        bias = step.inputs[2] if len(step.inputs) > 2 else None
-        dtype = y.dtype
-        b = ctx.builder
-        xp, wp, yp = ctx.pointer(x), ctx.pointer(w), ctx.pointer(y)
-        cg, mg = g.in_channels // g.group, g.out_channels // g.group
-        in_plane, out_plane = math.prod(g.input), math.prod(g.output)
-        ksize = math.prod(g.kernel)
-        in_strides = loops.contiguous_strides(g.input)
-        out_strides = loops.contiguous_strides(g.output)
-        k_strides = loops.contiguous_strides(g.kernel)
-        scalar_type = irutil.compute_type(dtype)
-
-        # Y = bias (or 0).
-        with irutil.for_range(b, 0, g.batch * g.out_channels, name="nm") as nm:
-            if bias is not None:
-                channel = b.srem(nm, irutil.i64(g.out_channels))
-                value = irutil.load(b, irutil.element_ptr(b, ctx.pointer(bias), dtype, channel),
-                                    dtype)
-            else:
-                value = irutil.const(scalar_type, 0)
-            base = b.mul(nm, irutil.i64(out_plane))
-            with irutil.for_range(b, 0, out_plane, name="p") as p:
-                irutil.store(b, value, irutil.element_ptr(b, yp, dtype, b.add(base, p)), dtype)
-
-        def scatter(outer):
-            n_index, grp, c = outer
-            x_channel = add(b, mul(b, n_index, g.in_channels), add(b, mul(b, grp, cg), c))
-            y_channel = add(b, mul(b, n_index, g.out_channels), mul(b, grp, mg))
-            w_channel = mul(b, add(b, mul(b, grp, cg), c), mg * ksize)
-
-            def position(indices):
-                x_at = mul(b, x_channel, in_plane)
-                for axis, i in enumerate(indices):
-                    x_at = add(b, x_at, mul(b, i, in_strides[axis]))
-                value = irutil.load(b, irutil.element_ptr(b, xp, dtype, ival(x_at)), dtype)
-                ranges = [tap_range(b, i, g.strides[a], g.pads_begin[a], g.dilations[a],
-                                    g.kernel[a], g.output[a]) for a, i in enumerate(indices)]
-
-                def taps(axis, y_at, w_at):
-                    if axis == g.rank:
-                        with irutil.for_range(b, 0, mg, name="m") as m:
-                            yi = b.add(ival(y_at), b.mul(m, irutil.i64(out_plane)))
-                            wi = b.add(ival(w_at), b.mul(m, irutil.i64(ksize)))
-                            y_ptr = irutil.element_ptr(b, yp, dtype, yi)
-                            weight = irutil.load(b, irutil.element_ptr(b, wp, dtype, wi), dtype)
-                            total = mathlib.fmuladd(b, value, weight, irutil.load(b, y_ptr, dtype))
-                            irutil.store(b, total, y_ptr, dtype)
-                        return
-                    lo, hi = ranges[axis]
-                    with irutil.for_range(b, lo, hi, name=f"k{axis}") as k:
-                        o = b.add(b.sub(b.mul(ival(indices[axis]), irutil.i64(g.strides[axis])),
-                                        irutil.i64(g.pads_begin[axis])),
-                                  b.mul(k, irutil.i64(g.dilations[axis])))
-                        taps(axis + 1, b.add(ival(y_at), b.mul(o, irutil.i64(out_strides[axis]))),
-                             b.add(ival(w_at), b.mul(k, irutil.i64(k_strides[axis]))))
-
-                taps(0, mul(b, y_channel, out_plane), w_channel)
-
-            nested_loops(b, list(g.input), position, name="i")
-
-        nested_loops(b, [g.batch, g.group, cg], scatter, name="ngc")

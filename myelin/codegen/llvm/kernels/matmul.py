@@ -262,12 +262,16 @@ class Task:
         self.a = self.bp = self.c = None
         self.extras = []        # (pointer, (row stride, column stride)) of epilogue inputs
         self.bias = None        # a pointer to a value per row added before the epilogue
+        self.b_stride = plan.n  # elements between rows of B (not transposed) where packed
 
     def pointers(self, batch):
         """Set ``a``, ``bp`` (B or its packed panels), ``c`` and ``extras`` for ``batch``."""
         raise NotImplementedError
 
-    def emit(self):
+    def emit(self, rows=None):
+        """The task's code. ``rows`` (start, end), if given, are the rows of C to compute
+        instead of the task's row block: start a multiple of the tile rows, end too unless it
+        is m."""
         b, plan = self.b, self.plan
         per_batch = plan.row_blocks * plan.panel_blocks
         batch, block = self.index, irutil.i64(0)
@@ -276,11 +280,12 @@ class Task:
             block = b.urem(self.index, irutil.i64(per_batch))
         self.pointers(batch)
         # Bounds are ints where there is one block, so small products get simple loops.
-        rows = (0, plan.m)
-        if plan.row_blocks > 1:
-            row_block = b.udiv(block, irutil.i64(plan.panel_blocks))
-            row_start = b.mul(row_block, irutil.i64(plan.block_rows))
-            rows = (row_start, self._min(b.add(row_start, irutil.i64(plan.block_rows)), plan.m))
+        if rows is None:
+            rows = (0, plan.m)
+            if plan.row_blocks > 1:
+                row_block = b.udiv(block, irutil.i64(plan.panel_blocks))
+                start = b.mul(row_block, irutil.i64(plan.block_rows))
+                rows = (start, self._min(b.add(start, irutil.i64(plan.block_rows)), plan.m))
         panel_start, panel_end = 0, plan.panels
         if plan.panel_blocks > 1:
             panel_start = b.mul(b.urem(block, irutil.i64(plan.panel_blocks)),
@@ -367,7 +372,7 @@ class Task:
         dtype, lanes = plan.dtype, plan.lanes
         first = b.mul(panel, irutil.i64(plan.width))
         # B[kk, j] is at kk * n + j, or j * k + kk when B is transposed.
-        j_stride, k_stride = (plan.k, 1) if plan.trans_b else (1, plan.n)
+        j_stride, k_stride = (plan.k, 1) if plan.trans_b else (1, self.b_stride)
         source = irutil.element_ptr(b, self.bp, dtype, b.add(b.mul(first, irutil.i64(j_stride)),
                                                              b.mul(kk, irutil.i64(k_stride))))
         row = self.packed_row(panels, panel, kk)
