@@ -9,8 +9,8 @@ The rules follow NNVM's OpFusion, by the fusion kind of each op in the registry:
    refused. A ``Cond`` or ``Select`` joins a group with the comparison that computes its
    condition from values of the group's type (a ReLU's gradient, ``Select(Greater(y, 0), dy)``),
    when nothing else reads the condition: the bool stays in registers.
-2. A ``MatMul`` (or ``Conv``) whose only consumer is a one-output element-wise group of the
-   product's shape absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual
+2. A ``MatMul`` (or ``Conv``) read only by one one-output element-wise group of the
+   product's shape (by one or more of its ops: SiLU reads it twice) absorbs it as an epilogue: ``FusedMatMul`` (bias, activation, residual
    add, ...) or ``FusedConv`` (whose other inputs must have the output's shape or one element).
 3. A reduction over the last axis of a group's domain joins the group as a trailing reduction
    (as in Myelin's ``@0=Exp(Sub(%0,%1));@1=Sum(@0)``).
@@ -186,9 +186,11 @@ def _absorb_epilogues(order, group_of):
         if op.type not in _FUSED_HOSTS or len(op.outputs) != 1:
             continue
         product = op.outputs[0]
-        if product.is_output or len(product.consumers) != 1:
+        if product.is_output or not product.consumers:
             continue
         group = group_of.get(id(product.consumers[0]))
+        if any(group_of.get(id(c)) is not group for c in product.consumers[1:]):
+            continue
         if (group is None or group.host is not None or group.domain != product.shape
                 or group.dtype != product.dtype or len(group.external_outputs()) != 1):
             continue

@@ -142,6 +142,27 @@ def test_a_comparison_fuses_into_the_select_it_feeds():
     compile_and_check(flow, {"f": inputs})
 
 
+@pytest.mark.parametrize("host", ["matmul", "conv"])
+def test_a_product_read_twice_by_its_epilogue_fuses(host):
+    """SiLU, x * sigmoid(x), reads the product twice: it is still one epilogue (EfficientNet's
+    convolutions), and the product itself is not kept."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    if host == "matmul":
+        x = f.var("x", "float32", [5, 19])
+        product = f.matmul(x, f.array("w", rng.standard_normal((19, 21)).astype(np.float32)))
+    else:
+        x = f.var("x", "float32", [1, 3, 9, 10])
+        w = f.array("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+        product = f.op("Conv", [x, w], None, {"pads": [1, 1, 1, 1]})
+    f.mul(product, f.sigmoid(product), name="y")
+    flow.infer_inputs_and_outputs()
+    fused_type = "FusedMatMul" if host == "matmul" else "FusedConv"
+    assert types_and_recipes(fused(flow)) == [(fused_type, "@0=Mul(%0,Sigmoid(%0))")]
+    compile_and_check(flow, {"f": {"f/x": rng.standard_normal(x.shape).astype(np.float32)}})
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_condition_fuses_only_when_nothing_else_reads_it(shared):
     rng = np.random.default_rng()
