@@ -7,7 +7,8 @@ loop bounds per axis (so padding and ceil_mode windows cost nothing), folded int
 accumulator, and finished (divided by the count, or raised to 1/p). A MaxPool (without
 Indices) or AveragePool of any rank with stride 1 or 2 along its last axis computes the
 columns whose windows lie inside the input row in vectors instead, one load (and a shuffle,
-for stride 2) per tap; only the border columns go one at a time. ``LRNKernel`` runs in
+for stride 2) per tap; only the border columns go one at a time. GlobalAveragePool and
+GlobalMaxPool fold each plane in vectors, with several accumulators. ``LRNKernel`` runs in
 vectors over the spatial positions of each channel, summing the squares over the channel
 window.
 """
@@ -17,9 +18,13 @@ import math
 from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
 from myelin.codegen.llvm.kernels.conv import (OutlinedKernel, add, ival, mul, nested_loops,
                                               supported_floats, tap_range)
+from myelin.codegen.llvm.kernels.reduction import horizontal
 from myelin.flow.attributes import Attributes
 from myelin.ops import conv as conv_ops
 from myelin.ops.registry import attribute
+
+
+GLOBAL_ACCUMULATORS = 4     # vector accumulators of a global pool's plane
 
 
 class PoolKernel(OutlinedKernel):
@@ -169,10 +174,51 @@ class PoolKernel(OutlinedKernel):
                 _pool_vector(ctx, step, g, lanes, include_pad, nc, outer, ox)
 
         with irutil.for_range(b, start, end, name="nc") as nc:
-            if not vectors:
+            if step.type in ("GlobalAveragePool", "GlobalMaxPool") and lanes > 1:
+                _global_plane(ctx, step, in_plane, lanes, nc)
+            elif not vectors:
                 nested_loops(b, list(g.output), lambda outs: element(nc, outs), name="o")
             else:
                 nested_loops(b, list(g.output[:-1]), lambda outer: row(nc, outer), name="o")
+
+
+def _global_plane(ctx, step, size, lanes, nc):
+    """Output ``nc`` of a global average or max pool: the ``size`` elements of input plane
+    ``nc`` folded into ``GLOBAL_ACCUMULATORS`` vectors (independent chains), then across."""
+    b, dtype = ctx.builder, step.outputs[0].dtype
+    xp, yp = ctx.pointer(step.inputs[0]), ctx.pointer(step.outputs[0])
+    typ = irutil.compute_type(dtype)
+    if step.type == "GlobalMaxPool":
+        identity = -math.inf
+        fold = lambda x, y: _maximum(b, x, y, dtype)       # noqa: E731
+    else:
+        identity = 0.0
+        fold = b.fadd
+    base = b.mul(nc, irutil.i64(size))
+
+    def load(at, width):
+        return irutil.load(b, irutil.element_ptr(b, xp, dtype, b.add(base, ival(at))), dtype,
+                           width)
+
+    chunk = GLOBAL_ACCUMULATORS * lanes
+    accs = [irutil.const(irutil.vector_of(typ, lanes), identity)] * GLOBAL_ACCUMULATORS
+    if size >= chunk:
+        with irutil.accumulating_loop(b, 0, size // chunk, accs, name="gc") as loop:
+            at = b.mul(loop.index, irutil.i64(chunk))
+            loop.set_next([fold(acc, load(b.add(at, irutil.i64(i * lanes)), lanes))
+                           for i, acc in enumerate(loop.values)])
+        accs = loop.results
+    done = size - size % chunk
+    for i in range((size - done) // lanes):
+        accs[i] = fold(accs[i], load(done + i * lanes, lanes))
+    while len(accs) > 1:
+        accs = [fold(x, y) for x, y in zip(accs[::2], accs[1::2])]
+    value = horizontal(b, accs[0], lambda bb, x, y: fold(x, y))
+    for at in range(size - size % lanes, size):
+        value = fold(value, load(at, 1))
+    if step.type == "GlobalAveragePool":
+        value = b.fdiv(value, irutil.const(typ, size))
+    irutil.store(b, value, irutil.element_ptr(b, yp, dtype, nc), dtype)
 
 
 def _maximum(builder, x, y, dtype):
