@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from zoo import catalog  # noqa: E402
 
 
-def select(models, names=(), match=None, fast=False):
+def select(models, names=(), match=None, fast=False, cnn=False):
     """The catalog's models named in ``names`` (in that order; all if none), matching
-    ``match``, or in the quick subset; unknown names raise SystemExit."""
+    ``match``, in the quick subset (``fast``) or the convolutional networks (``cnn``);
+    unknown names raise SystemExit."""
     unknown = [name for name in names if name not in models]
     if unknown:
         raise SystemExit(f"unknown zoo models: {', '.join(unknown)}")
@@ -34,6 +35,8 @@ def select(models, names=(), match=None, fast=False):
         chosen = [m for m in chosen if re.search(match, m.name)]
     if fast:
         chosen = [m for m in chosen if m.fast]
+    if cnn:
+        chosen = [m for m in chosen if m.cnn]
     return chosen
 
 

@@ -40,7 +40,9 @@ class Model:
     """A zoo model: ``build(model, path)`` writes the ONNX file at ``path`` and returns a
     one-line description of its source; ``inputs`` are in the order of the graph's inputs.
     ``base`` is the float32 model a float16 or int8 variant is made from, ``precision`` the
-    model's arithmetic (float32, float16, int8), ``fast`` marks the quick subset."""
+    model's arithmetic (float32, float16, int8), ``fast`` marks the quick subset and ``cnn``
+    the convolutional networks (classification, detection and segmentation backbones, mobile
+    nets) whose speed ``run.py --cnn`` sums up."""
 
     name: str
     family: str
@@ -50,6 +52,7 @@ class Model:
     precision: str = "float32"
     base: str = None
     fast: bool = False
+    cnn: bool = False
 
 
 MODELS = {}

@@ -4,6 +4,7 @@
     python benchmarks/zoo/run.py resnet18 bert_tiny # these
     python benchmarks/zoo/run.py --match 'int8|fp16' --json out.json
     python benchmarks/zoo/run.py --fast             # the quick subset
+    python benchmarks/zoo/run.py --cnn              # the CNNs, and their speed goals
     python benchmarks/zoo/run.py --report           # the table of the results kept so far
 
 Each model is checked in a subprocess of its own with a time limit (zoo.check.check_model:
@@ -146,6 +147,34 @@ def summary(results):
     return lines
 
 
+CNN_GOALS = [  # (what, models (None: all), statistic, goal): myelin latency / ORT latency
+    ("median over the zoo's CNNs", None, statistics.median, 0.9),
+    ("worst zoo CNN", None, max, 1.3),
+    ("ResNet-18 and ResNet-50, batch 1", ("resnet18", "resnet50"), max, 0.9),
+    ("MobileNetV2, MobileNetV3-Small, EfficientNet-B0, batch 1",
+     ("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0"), max, 1.0),
+    ("ResNet-50, batch 8", ("resnet50_batch8",), max, 0.9),
+]
+
+
+def cnn_goals(results):
+    """The speed goals for convolutional networks (issue 24) as a Markdown table: each
+    statistic of the latency ratios, its goal and whether it is met."""
+    ratios = {r["name"]: r["ratio"] for r in results if r.get("ratio")}
+    lines = ["| workload | myelin / ONNX Runtime | goal | met |", "|---|---|---|---|"]
+    for what, names, statistic, goal in CNN_GOALS:
+        values = [ratios[n] for n in names if n in ratios] if names else list(ratios.values())
+        if not values or (names and len(values) < len(names)):
+            lines.append(f"| {what} | not measured | <= {goal} | |")
+            continue
+        value = statistic(values)
+        lines.append(f"| {what} | {value:.2f} | <= {goal} | {'yes' if value <= goal else 'no'} |")
+    wrong = [r["name"] for r in results if r["outcome"] != "ok"]
+    lines.append(f"\nall {len(results)} match ONNX Runtime" if not wrong
+                 else f"\nnot ok: {', '.join(wrong)}")
+    return lines
+
+
 def details(results):
     lines = []
     for r in results:
@@ -170,6 +199,8 @@ def main(argv=None):
     parser.add_argument("names", nargs="*", help="models to check (default: all built)")
     parser.add_argument("--match", help="only models whose name matches this regex")
     parser.add_argument("--fast", action="store_true", help="only the quick subset")
+    parser.add_argument("--cnn", action="store_true",
+                        help="only the convolutional networks, with the speed goals they meet")
     parser.add_argument("--dir", type=Path, default=None, help="the zoo folder")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per model")
     parser.add_argument("--json", type=Path, default=None, help="where results are kept")
@@ -183,7 +214,7 @@ def main(argv=None):
     if args.one:
         check_here(args.one, folder, args.out)
         return 0
-    models = select(catalog.load_all(), args.names, args.match, args.fast)
+    models = select(catalog.load_all(), args.names, args.match, args.fast, args.cnn)
     path = args.json or folder / "results.json"
     if args.report:
         kept = _kept(path)
@@ -201,6 +232,8 @@ def main(argv=None):
             tmp.write_text(json.dumps(list(kept.values()), indent=1))
             os.replace(tmp, path)
     report(results, args.markdown)
+    if args.cnn:
+        print("\n".join([""] + cnn_goals(results)))
     if not args.report:
         print(f"\nresults kept in {path}")
     return 0

