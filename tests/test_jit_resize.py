@@ -113,3 +113,14 @@ def test_onnx_cases():
         data[f"f{i}/x"] = onnx_inputs[0]
         data.compute()
         np.testing.assert_allclose(data[f"f{i}/Resize:0"], outputs[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_large_resizes_split_over_threads(threads):
+    """Resizes big enough to be split into tasks along their outermost axis (an uneven last
+    task), as segmentation heads upsample their logits."""
+    cases = [((1, 21, 28, 28), _attrs((1, 21, 28, 28), (1, 21, 224, 224), mode="linear")),
+             ((2, 5, 40, 30), _attrs((2, 5, 40, 30), (2, 5, 160, 120), mode="nearest")),
+             ((3, 64, 96), _attrs((3, 64, 96), (3, 64, 500), mode="cubic"))]
+    flow, inputs = _flow("float32", cases)
+    run_and_compare(flow, inputs, 2e-6, threads=threads)

@@ -4,7 +4,7 @@ match the float64 reference.
 
 The cell chains one step of each kernel that splits (a convolution with a fused residual
 epilogue, a depthwise convolution with a fused clip, a grouped one, max and average pools, a
-transpose, products with fused epilogues, a fused element-wise group, a single element-wise
+transposed convolution, a resize, a transpose, products with fused epilogues, a fused element-wise group, a single element-wise
 op), each large enough to be split, so the pool publishes new work back to back. More threads
 than cores make the workers be preempted at any point; a second thread computing another
 instance at the same time takes the pool's other path (its tasks run alone while the first
@@ -36,6 +36,10 @@ def _flow(rng):
     t = f.op("Conv", [t, const(32, 4, 3, 3)], None, dict(group=8, pads=[1, 1, 1, 1]))  # grouped
     pooled = f.op("MaxPool", [t], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     pooled = f.op("AveragePool", [pooled], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    up = f.op("ConvTranspose", [pooled, const(32, 32, 2, 2)], None, dict(strides=[2, 2]))
+    down = f.op("Resize", [up], None, dict(mode="linear", sizes=[1, 32, 56, 56],
+                                           scales=[1.0, 1.0, 0.5, 0.5]))
+    pooled = f.add(pooled, down)
     rows = f.reshape(f.transpose(pooled, [0, 2, 3, 1]), [56 * 56, 32])
     hidden = f.relu(f.add(f.matmul(rows, const(32, 256)), const(256)))   # FusedMatMul
     back = f.add(f.matmul(hidden, const(256, 32)), rows)                  # residual epilogue

@@ -3,7 +3,8 @@
 Source indices and weights depend only on shapes and attributes, so they are computed at
 compile time (:func:`myelin.ops.resize.axis_tables`, the same tables the reference applies) and
 stored as constant globals. Adjacent identity axes (not resized) are merged. The kernel loops
-over the output rows (every axis but the innermost); for each row it adds up, over the tap
+over the output rows (every axis but the innermost; tasks on the worker pool split the
+outermost); for each row it adds up, over the tap
 combinations of the resized outer axes, a weighted row of the input interpolated along the
 innermost axis. The innermost axis runs in vectors: a contiguous load when it is not resized,
 else one load per lane through the index table (weights and indices of a tap are stored
@@ -98,7 +99,11 @@ class ResizeKernel(Kernel):
             return
         p = resize.params(step, source.shape)
         tables = resize.axis_tables(p, source.shape)
-        _Emitter(ctx, source, out, p, _dims(source.shape, out.shape, tables)).emit()
+        dims = _dims(source.shape, out.shape, tables)
+        rows = dims[0].size if len(dims) > 1 else 1
+        tasks, size = ctx.chunks(rows, self.flops(step) + 2 * out.elements)
+        ctx.parallel(f"Resize.{step.name}", [source, out], tasks,
+                     lambda sub, index: _Emitter(sub, source, out, p, dims).emit(index, size))
 
 
 class _Emitter:
@@ -148,7 +153,9 @@ class _Emitter:
         return irutil.load(b, irutil.element_ptr(b, table, dtype, index), dtype, width)
 
     # Loops.
-    def emit(self):
+    def emit(self, task, size):
+        """The output rows of task ``task``: indices [task * size, (task + 1) * size) of the
+        outermost axis (all of them when the innermost axis is the only one)."""
         b = self.b
         out_strides = loops.contiguous_strides([d.size for d in self.dims])
         zero = irutil.i64(0)
@@ -158,7 +165,13 @@ class _Emitter:
                 self._row(out_offset, in_offset, positions)
                 return
             dim = self.outer[k]
-            with irutil.for_range(b, 0, dim.size, name=f"r{k}") as o:
+            start, stop = 0, dim.size
+            if k == 0:
+                start = b.mul(task, irutil.i64(size))
+                stop = b.add(start, irutil.i64(size))
+                stop = b.select(b.icmp_signed("<", stop, irutil.i64(dim.size)), stop,
+                                irutil.i64(dim.size))
+            with irutil.for_range(b, start, stop, name=f"r{k}") as o:
                 next_out = b.add(out_offset, b.mul(o, irutil.i64(out_strides[k])))
                 next_in = in_offset
                 if dim.table is None:
