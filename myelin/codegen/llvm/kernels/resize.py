@@ -8,7 +8,10 @@ outermost); for each row it adds up, over the tap
 combinations of the resized outer axes, a weighted row of the input interpolated along the
 innermost axis. The innermost axis runs in vectors: a contiguous load when it is not resized,
 else one load per lane through the index table (weights and indices of a tap are stored
-contiguously along the output, so they load as vectors). With tf_crop_and_resize, a last pass
+contiguously along the output, so they load as vectors). Where the rows and the innermost axis
+are both interpolated (bilinear and bicubic upsampling of images), each input row is
+interpolated along the innermost axis once per plane into a small cache on the stack, and
+the output rows are weighted sums of cached rows. With tf_crop_and_resize, a last pass
 writes ``extrapolation_value`` where any axis extrapolates.
 """
 
@@ -25,6 +28,7 @@ from myelin.ops.common import NUMERIC
 
 _GATHER_LANES = 8      # widest vector filled by per-lane loads
 _UNROLL_TAPS = 8       # inner taps emitted inline up to this many, else a loop
+_ROW_CACHE_BYTES = 64 << 10   # the most the interpolated input rows of a plane may take
 
 
 class _Dim:
@@ -120,7 +124,27 @@ class _Emitter:
         self.resized = [d for d in self.outer if d.table is not None]
         self.combinations = math.prod(d.table.taps for d in self.resized)
         self.extrapolates = any(d.table is not None and d.table.valid is not None for d in dims)
+        self.slots = self._row_slots()
         self._make_tables()
+
+    def _row_slots(self):
+        """How many interpolated input rows a cache keeps (0: none), where the rows (the last
+        outer axis) and the innermost axis are both interpolated: each input row is then
+        interpolated along the innermost axis once per plane, into slot ``row % slots``,
+        and each output row is a weighted sum of cached rows. Needs every output row's tap
+        rows in distinct slots."""
+        if (self.nearest or len(self.resized) != 1 or self.resized[0] is not self.outer[-1]
+                or self.inner.table is None or self.extrapolates):
+            return 0
+        index = self.resized[0].table.index
+        slots = 1 << (index.shape[1] - 1).bit_length()
+        if slots * self.inner.size * self.source.itemsize > _ROW_CACHE_BYTES:
+            return 0
+        for taps in index:
+            rows = set(taps.tolist())
+            if len({row % slots for row in rows}) != len(rows):
+                return 0
+        return slots
 
     # Tables.
     def _make_tables(self):
@@ -160,11 +184,23 @@ class _Emitter:
         out_strides = loops.contiguous_strides([d.size for d in self.dims])
         zero = irutil.i64(0)
 
+        if self.slots:
+            cache = irutil.stack_array(b, irutil.storage_type(self.dtype),
+                                       self.slots * self.inner.size)
+            cached = irutil.stack_array(b, irutil.I64, self.slots, 8)
+
         def level(k, out_offset, in_offset, positions):
             if k == len(self.outer):
-                self._row(out_offset, in_offset, positions)
+                if self.slots:
+                    self._cached_row(out_offset, in_offset, positions[-1], cache, cached)
+                else:
+                    self._row(out_offset, in_offset, positions)
                 return
             dim = self.outer[k]
+            if self.slots and k == len(self.outer) - 1:     # a new plane: nothing cached
+                for slot in range(self.slots):
+                    b.store(irutil.i64(-1), irutil.element_ptr(b, cached, "int64",
+                                                               irutil.i64(slot)))
             start, stop = 0, dim.size
             if k == 0:
                 start = b.mul(task, irutil.i64(size))
@@ -192,6 +228,41 @@ class _Emitter:
         if self.extrapolates:
             self._extrapolate(out_row, by_dim)
 
+    def _cached_row(self, out_offset, in_offset, row, cache, cached):
+        """Output row ``row`` of a plane from the cache of interpolated input rows: each tap
+        row not cached yet is interpolated into its slot, then the slots are summed with the
+        row's weights, in whole vectors."""
+        b, dim, size = self.b, self.resized[0], self.inner.size
+        taps = dim.table.taps
+        rows, weights = [], []
+        for t in range(taps):
+            at = b.add(b.mul(row, irutil.i64(taps)), irutil.i64(t))
+            offset = self._load(dim.index, "int64", at)
+            slot = b.and_(b.udiv(offset, irutil.i64(dim.stride)), irutil.i64(self.slots - 1))
+            slot_row = irutil.element_ptr(b, cache, self.dtype, b.mul(slot, irutil.i64(size)))
+            entry = irutil.element_ptr(b, cached, "int64", slot)
+            with b.if_then(b.icmp_signed("!=", b.load(entry, typ=irutil.I64), offset)):
+                in_row = irutil.element_ptr(b, self.ctx.pointer(self.source), self.dtype,
+                                            b.add(in_offset, offset))
+                self._columns(lambda j, width: irutil.store(
+                    b, self._interpolate(in_row, j, width),
+                    irutil.element_ptr(b, slot_row, self.dtype, j), self.dtype))
+                b.store(offset, entry)
+            rows.append(slot_row)
+            weights.append(self._load(dim.weight, self.weight_dtype, at))
+        out_row = irutil.element_ptr(b, self.ctx.pointer(self.out), self.dtype, out_offset)
+
+        def blend(j, width):
+            total = None
+            for slot_row, weight in zip(rows, weights):
+                value = b.fmul(irutil.load(b, irutil.element_ptr(b, slot_row, self.dtype, j),
+                                           self.dtype, width),
+                               irutil.splat(b, weight, width))
+                total = value if total is None else b.fadd(total, value)
+            irutil.store(b, total, irutil.element_ptr(b, out_row, self.dtype, j), self.dtype,
+                         self.out.itemsize)
+        self._columns(blend, gathers=False)
+
     def _combination(self, c, out_row, in_offset, by_dim):
         """Store (combination 0) or add the input row of tap combination ``c`` of the outer
         resized axes, weighted."""
@@ -215,12 +286,13 @@ class _Emitter:
         self._columns(lambda j, width: self._column_block(in_row, out_row, weight, j, width,
                                                           first))
 
-    def _columns(self, body):
-        """Run ``body(j, width)`` over the innermost axis in vectors, then a scalar tail."""
+    def _columns(self, body, gathers=True):
+        """Run ``body(j, width)`` over the innermost axis in vectors (narrower where they
+        gather), then a scalar tail."""
         b = self.b
         size = self.inner.size
         width = loops.lanes(self.ctx.target, self.dtype)
-        if self.inner.table is not None:
+        if self.inner.table is not None and gathers:
             width = min(width, _GATHER_LANES)
         while width > 1 and width > size:
             width //= 2
