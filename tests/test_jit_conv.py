@@ -455,3 +455,47 @@ def test_grouped_conv_split_over_threads(threads):
              ("Conv", [(1, 8, 6, 9, 10), (8, 2, 3, 3, 3)], dict(group=4, pads=[1] * 6))]
     kernels = _check(cases, "float32", "host", threads=threads)
     assert set(kernels.values()) == {"Conv"}
+
+
+# Small output planes (7x7 and under) whose pixel panels would be partly empty: with constant
+# weights and the output channels filling whole panels (multiples of 32 channels fill them on
+# every target), the channels go in the vector lanes.
+SMALL_PLANES = [
+    ((2, 64, 7, 7), (64, 64, 1, 1), dict()),
+    ((1, 24, 7, 7), (32, 24, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 16, 14, 14), (64, 16, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 40, 13, 13), (64, 40, 1, 1), dict(strides=[2, 2])),
+    ((1, 8, 5, 6), (32, 8, 3, 2), dict(pads=[0, 1, 1, 0], dilations=[1, 2])),
+    ((1, 12, 3, 3, 3), (32, 12, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),
+    ((1, 9, 7, 7), (20, 9, 3, 3), dict(pads=[1, 1, 1, 1])),     # 20 channels: ConvGemm
+]
+
+
+@pytest.mark.parametrize("features,threads", [(p, 1) for p in PRESETS] + [("host", 2)])
+@pytest.mark.parametrize("epilogue", ["bias", "relu", "residual"])
+def test_small_planes_with_channels_in_lanes(features, threads, epilogue):
+    """relu(conv(x) + bias (+ residual)) over small planes: ConvChannels where the channels
+    fill whole panels, ConvGemm where they do not."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    inputs, expected = {}, {}
+    for i, (x_shape, w_shape, attrs) in enumerate(SMALL_PLANES):
+        f = myelin.Builder(flow, f"f{i}")
+        x = f.var("x", "float32", list(x_shape))
+        w = f.const(random_array(rng, "float32", w_shape))
+        bias = f.const(random_array(rng, "float32", w_shape[:1]))
+        y = f.op("Conv", [x, w, bias], None, attrs)
+        values = {x: random_array(rng, "float32", x_shape)}
+        if epilogue == "residual":
+            residual = f.var("r", "float32", list(y.shape))
+            values[residual] = random_array(rng, "float32", y.shape)
+            y = f.relu(f.add(y, residual))
+        elif epilogue == "relu":
+            y = f.relu(y)
+        f.identity(y, name="y")
+        inputs[f"f{i}"] = values
+        expected[f"f{i}"] = "ConvChannels" if w_shape[0] % 32 == 0 else "ConvGemm"
+    net = run_and_compare(flow, inputs, TOLERANCE["float32"], features, threads=threads)
+    for name, kernel in expected.items():
+        steps = [step for step in net.cell(name).steps if not step.noop]
+        assert [step.kernel.name for step in steps] == [kernel], name

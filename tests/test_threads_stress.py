@@ -3,7 +3,7 @@ be bit-identical to the first (a race shows as a result that changes from run to
 match the float64 reference.
 
 The cell chains one step of each kernel that splits (a convolution with a fused residual
-epilogue, a depthwise convolution with a fused clip, a grouped one, max and average pools, a
+epilogue, one over a small plane with the channels in the lanes, a depthwise convolution with a fused clip, a grouped one, max and average pools, a
 transposed convolution, a resize, a transpose, products with fused epilogues, a fused element-wise group, a single element-wise
 op), each large enough to be split, so the pool publishes new work back to back. More threads
 than cores make the workers be preempted at any point; a second thread computing another
@@ -34,6 +34,7 @@ def _flow(rng):
     t = f.op("Conv", [t, const(32, 1, 3, 3)], None, dict(group=32, pads=[1, 1, 1, 1]))
     t = f.minimum(f.maximum(t, f.const(np.float32(0))), f.const(np.float32(6)))  # depthwise
     t = f.op("Conv", [t, const(32, 4, 3, 3)], None, dict(group=8, pads=[1, 1, 1, 1]))  # grouped
+    t = f.op("Conv", [t, const(32, 16, 3, 3)], None, dict(group=2, pads=[1, 1, 1, 1]))  # product
     pooled = f.op("MaxPool", [t], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     pooled = f.op("AveragePool", [pooled], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     up = f.op("ConvTranspose", [pooled, const(32, 32, 2, 2)], None, dict(strides=[2, 2]))
@@ -44,6 +45,9 @@ def _flow(rng):
     hidden = f.relu(f.add(f.matmul(rows, const(32, 256)), const(256)))   # FusedMatMul
     back = f.add(f.matmul(hidden, const(256, 32)), rows)                  # residual epilogue
     mixed = f.add(f.mul(f.tanh(back), const(32, scale=1)), f.sigmoid(back))  # Calculate
+    small = f.relu(f.op("Conv", [x, const(64, 32, 3, 3)], None,            # 7x7: ConvChannels
+                        dict(strides=[8, 8], pads=[1, 1, 1, 1])))
+    mixed = f.add(mixed, f.reshape(small, [56 * 56, 1]))
     f.add(mixed, mixed, name="y")                                         # one Expr
     return flow, x
 
@@ -53,6 +57,10 @@ def test_parallel_kernels_give_the_same_result_every_time():
     flow, x = _flow(rng)
     cell = myelin.Compiler(threads=4, cache=False).compile(flow).cell("f")
     assert any(step.type == "FusedConv" for step in cell.steps)
+    assert {step.kernel.name for step in cell.steps if step.type == "Conv"} == {"Conv",
+                                                                                "ConvGemm"}
+    assert any(step.kernel is not None and step.kernel.name == "ConvChannels"
+               for step in cell.steps)
     value = random_array(rng, "float32", x.shape)
     want = reference.run(flow, "f", {x: value})["f/y"]
 

@@ -3,6 +3,7 @@
 from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.conv import ConvKernel
+from myelin.codegen.llvm.kernels.conv_channels import ConvChannelsKernel
 from myelin.codegen.llvm.kernels.conv_depthwise import DepthwiseConvKernel
 from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
 from myelin.codegen.llvm.kernels.conv_transpose import ConvTransposeKernel
@@ -43,7 +44,8 @@ for _type in ViewKernel.TYPES:
 for _type in PoolKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(PoolKernel())
 for _type in ("Conv", "FusedConv"):
-    _LIBRARY.setdefault(_type, []).extend([ConvGemmKernel(), DepthwiseConvKernel(), ConvKernel()])
+    _LIBRARY.setdefault(_type, []).extend([ConvChannelsKernel(), ConvGemmKernel(),
+                                          DepthwiseConvKernel(), ConvKernel()])
 _LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
 _LIBRARY.setdefault("LRN", []).append(LRNKernel())
 for _kernel in _INDEXING_KERNELS + _SAMPLING_KERNELS + _ROI_KERNELS:

@@ -57,7 +57,7 @@ def _ceil(x, y):
     return -(-x // y)
 
 
-def _tile_rows(target, m, vectors=VECTORS):
+def tile_rows(target, m, vectors=VECTORS):
     """Rows of a register tile: as many as the vector registers hold besides B's vectors and
     the splatted A element."""
     return max(1, min(m, (target.vector_registers - vectors - 1) // vectors))
@@ -66,16 +66,16 @@ def _tile_rows(target, m, vectors=VECTORS):
 def _tiling(target, m, choice):
     """(vectors, rows) of the register tile for ``m`` rows: ``choice``'s, else the default."""
     vectors = choice.get("vectors", VECTORS)
-    return vectors, min(m, choice.get("rows") or _tile_rows(target, m, vectors))
+    return vectors, min(m, choice.get("rows") or tile_rows(target, m, vectors))
 
 
 def choices(target, m):
     """The tilings worth timing for a product with ``m`` rows (see :class:`Plan`): the
     default first, then tiles of other widths and heights and other panel group sizes."""
-    default = {"vectors": VECTORS, "rows": _tile_rows(target, m)}
+    default = {"vectors": VECTORS, "rows": tile_rows(target, m)}
     options = [default]
     for vectors in range(1, 5 if target.vector_registers >= 32 else 4):
-        option = {"vectors": vectors, "rows": _tile_rows(target, m, vectors)}
+        option = {"vectors": vectors, "rows": tile_rows(target, m, vectors)}
         if option != default:
             options.append(option)
     if default["rows"] > 2:
@@ -233,28 +233,31 @@ class MatMulKernel(Kernel):
 
     def emit(self, ctx, step):
         plan = Plan.for_matmul(ctx, step)
-        packed = self._pack_constant(ctx, step, plan) if plan.packing == "compile" else None
+        packed = None
+        if plan.packing == "compile":
+            b = step.inputs[1]
+            data = np.asarray(b.root().var.data).reshape(b.shape)
+            packed = pack_constant(np.swapaxes(data, -1, -2) if plan.trans_b else data, plan)
         ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _MatMulTask(sub, step, plan, packed, index).emit(),
                      outline=plan.large)
 
-    @staticmethod
-    def _pack_constant(ctx, step, plan):
-        """B's matrices in panels, [B batch..., panel, k, width], zero-padded past column n."""
-        b = step.inputs[1]
-        data = np.asarray(b.root().var.data).reshape(b.shape).astype(dtypes.to_numpy(b.dtype))
-        if plan.trans_b:
-            data = np.swapaxes(data, -1, -2)
-        pad = plan.panels * plan.width - plan.n
-        data = np.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, pad)])
-        data = data.reshape(data.shape[:-1] + (plan.panels, plan.width))
-        return np.ascontiguousarray(np.moveaxis(data, -2, -3))
+
+def pack_constant(data, plan):
+    """The constant matrices ``data`` [batch..., k, n] in panels, [batch..., panel, k, width] of
+    ``plan``'s dtype, zero-padded past column n."""
+    data = np.asarray(data).astype(dtypes.to_numpy(plan.dtype))
+    pad = plan.panels * plan.width - plan.n
+    data = np.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, pad)])
+    data = data.reshape(data.shape[:-1] + (plan.panels, plan.width))
+    return np.ascontiguousarray(np.moveaxis(data, -2, -3))
 
 
 class Task:
     """The code of one task of a product: a batch entry, a block of rows and a block of
     panels. Subclasses say where the batch entry's A, B and C are (``pointers``) and may pack
-    B's panels their own way (``pack_panel``)."""
+    B's panels their own way (``pack_panel``), pack A's rows their own way (``pack_a``,
+    ``a_row``, with the plan's ``a_strides``) and store C their own way (``store``)."""
 
     def __init__(self, ctx, plan, index):
         self.ctx, self.plan, self.b = ctx, plan, ctx.builder
@@ -267,6 +270,10 @@ class Task:
     def pointers(self, batch):
         """Set ``a``, ``bp`` (B or its packed panels), ``c`` and ``extras`` for ``batch``."""
         raise NotImplementedError
+
+    def pack_a(self, rows):
+        """Pack A's rows ``rows`` (start, end) before the task's tiles use them, where a
+        subclass packs A (see ``a_row``); A is read in place by default."""
 
     def emit(self, rows=None):
         """The task's code. ``rows`` (start, end), if given, are the rows of C to compute
@@ -286,6 +293,7 @@ class Task:
                 row_block = b.udiv(block, irutil.i64(plan.panel_blocks))
                 start = b.mul(row_block, irutil.i64(plan.block_rows))
                 rows = (start, self._min(b.add(start, irutil.i64(plan.block_rows)), plan.m))
+        self.pack_a(rows)
         panel_start, panel_end = 0, plan.panels
         if plan.panel_blocks > 1:
             panel_start = b.mul(b.urem(block, irutil.i64(plan.panel_blocks)),
@@ -305,7 +313,7 @@ class Task:
 
     def _group(self, panels, rows):
         if panels.buffer is not None:
-            self._pack_group(panels)
+            self.pack_group(panels)
         self._rows(rows, panels)
 
     def _min(self, value, bound):
@@ -330,7 +338,8 @@ class Task:
             emit()
 
     # Packing a group of panels of a variable B into the stack buffer.
-    def _pack_group(self, panels):
+    def pack_group(self, panels):
+        """Pack ``panels`` (B's columns of panels [start, end)) into their buffer."""
         b, plan = self.b, self.plan
         full_end = self._min(panels.end, plan.full_panels)
         with irutil.for_range(b, panels.start, full_end, name="pp") as panel:
@@ -482,7 +491,7 @@ class Task:
         vectors of ``lanes`` per row, ``stride`` elements apart), through the epilogue."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
-        a = irutil.element_ptr(b, self.a, dtype, b.mul(ival(i), irutil.i64(plan.a_strides()[0])))
+        a = self.a_row(i)
         vector = irutil.vector_of(irutil.compute_type(dtype), lanes)
         tile = irutil.stack_array(b, vector, rows * vectors)
         kernel = self.ctx.function(
@@ -499,13 +508,19 @@ class Task:
                 value = b.load(b.gep(tile, [irutil.i64(r * vectors + v)], source_etype=vector),
                                typ=vector)
                 if valid == lanes:
-                    self._store(value, row, at)
+                    self.store(value, row, at)
                 else:
                     for lane in range(valid):
-                        self._store(b.extract_element(value, irutil.i64(lane)), row,
+                        self.store(b.extract_element(value, irutil.i64(lane)), row,
                                     b.add(at, irutil.i64(lane)))
 
-    def _store(self, value, row, column):
+    def a_row(self, i):
+        """A pointer to A's row ``i``, the first of a tile."""
+        b = self.b
+        return irutil.element_ptr(b, self.a, self.plan.dtype,
+                                  b.mul(ival(i), irutil.i64(self.plan.a_strides()[0])))
+
+    def store(self, value, row, column):
         """Store ``value`` at C[row, column:column + lanes], through the epilogue if any."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
