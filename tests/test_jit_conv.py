@@ -202,7 +202,8 @@ def test_larger_conv_sizes():
 @pytest.mark.parametrize("threads", [1, 3])
 def test_conv_as_matrix_product_split_over_threads(threads):
     """2-D convolutions with one group run as matrix products over gathered panels, split
-    into tasks by output pixels; grouped ones keep the direct kernel."""
+    into tasks by output pixels; grouped ones with 4 channels per group keep the direct
+    kernel."""
     cases = [("Conv", [(2, 16, 30, 33), (24, 16, 3, 3), (24,)], dict(pads=[1, 1, 1, 1])),
              ("Conv", [(1, 8, 40, 37), (20, 8, 3, 3)], dict(strides=[2, 2], pads=[1, 0, 1, 1],
                                                              dilations=[1, 2])),
@@ -445,16 +446,65 @@ def test_depthwise_conv_with_fused_epilogue(features, threads, size, stride, epi
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_grouped_conv_split_over_threads(threads):
-    """Grouped convolutions (a few channels per group, as in ResNeXt; 1-D and 3-D too) run
-    by the direct kernel, their rows split into tasks."""
+    """Grouped convolutions with few channels per group (ResNeXt's first stage; 1-D and 3-D
+    too) run by the direct kernel, their rows split into tasks; with more (12 output channels
+    of 8 inputs and 3x3 taps per group), as matrix products."""
     cases = [("Conv", [(1, 64, 15, 17), (64, 2, 3, 3), (64,)], dict(group=32, pads=[1, 1, 1, 1])),
              ("Conv", [(2, 32, 14, 13), (48, 8, 3, 3)], dict(group=4, strides=[2, 2],
                                                               pads=[1, 1, 1, 1])),
              ("Conv", [(1, 16, 9, 9), (32, 4, 1, 1), (32,)], dict(group=4)),
              ("Conv", [(1, 24, 301), (24, 3, 5)], dict(group=8, pads=[2, 2])),
-             ("Conv", [(1, 8, 6, 9, 10), (8, 2, 3, 3, 3)], dict(group=4, pads=[1] * 6))]
+             ("Conv", [(1, 8, 6, 9, 10), (8, 2, 3, 3, 3)], dict(group=4, pads=[1] * 6)),
+             ("Conv", [(1, 128, 12, 12), (128, 4, 3, 3)], dict(group=32, pads=[1, 1, 1, 1]))]
     kernels = _check(cases, "float32", "host", threads=threads)
-    assert set(kernels.values()) == {"Conv"}
+    assert list(kernels.values()) == ["Conv", "ConvGemm", "Conv", "Conv", "Conv", "Conv"]
+
+
+# Grouped convolutions with enough channels per group, run as a matrix product per image and
+# group: 1-D, 2-D and 3-D, 2 to 32 groups of 4 to 64 input channels, strides, pads,
+# dilations, one grouped 1x1 (read in place), batches of two.
+GROUPED = [
+    ((2, 8, 13, 17), (32, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    ((1, 64, 11, 9), (64, 16, 3, 3), dict(group=4, strides=[2, 2], pads=[1, 0, 1, 1])),
+    ((1, 128, 9, 10), (96, 64, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    ((1, 256, 7, 9), (256, 8, 3, 3), dict(group=32, dilations=[2, 1], pads=[2, 1, 2, 1])),
+    ((1, 64, 5, 7), (64, 32, 1, 1), dict(group=2)),
+    ((2, 32, 70), (32, 8, 16), dict(group=4, pads=[8, 7])),
+    ((1, 48, 61), (32, 12, 7), dict(group=4, strides=[3], dilations=[2], pads=[3, 0])),
+    ((1, 16, 4, 7, 9), (32, 4, 3, 3, 3), dict(group=4, strides=[1, 2, 1], pads=[1] * 6)),
+]
+
+
+@pytest.mark.parametrize("dtype,features,threads",
+                         [("float32", p, 1) for p in PRESETS]
+                         + [("float32", "host", 2), ("float64", "host", 1),
+                            ("float64", "host", 2)])
+@pytest.mark.parametrize("epilogue", ["bias", "relu", "residual"])
+def test_grouped_conv_as_matrix_product(dtype, features, threads, epilogue):
+    """relu(conv(x) + bias (+ residual)) with groups: ConvGemm, each group's weights, bias
+    and channels of the input and output its own."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    inputs = {}
+    for i, (x_shape, w_shape, attrs) in enumerate(GROUPED):
+        f = myelin.Builder(flow, f"f{i}")
+        x = f.var("x", dtype, list(x_shape))
+        w = f.const(random_array(rng, dtype, w_shape))
+        bias = f.const(random_array(rng, dtype, w_shape[:1]))
+        y = f.op("Conv", [x, w, bias], None, attrs)
+        values = {x: random_array(rng, dtype, x_shape)}
+        if epilogue == "residual":
+            residual = f.var("r", dtype, list(y.shape))
+            values[residual] = random_array(rng, dtype, y.shape)
+            y = f.relu(f.add(y, residual))
+        elif epilogue == "relu":
+            y = f.relu(y)
+        f.identity(y, name="y")
+        inputs[f"f{i}"] = values
+    net = run_and_compare(flow, inputs, TOLERANCE[dtype], features, threads=threads)
+    for name in inputs:
+        steps = [step for step in net.cell(name).steps if not step.noop]
+        assert [step.kernel.name for step in steps] == ["ConvGemm"], name
 
 
 # Small output planes (7x7 and under) whose pixel panels would be partly empty: with constant
