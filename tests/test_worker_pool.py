@@ -70,7 +70,7 @@ def test_a_straggling_worker_sends_callers_alone():
         else:
             pytest.skip("no worker took a task")
         assert alone_until.value > now_ns()
-        assert backoff.value == min(2 * 10 ** 9, threads.MAX_BACKOFF_NS)
+        assert backoff.value == min(threads.BACKOFF_GROWTH * 10 ** 9, threads.MAX_BACKOFF_NS)
         assert set(run(pool, 16, lambda index: None)) == {caller}
     finally:
         alone_until.value = backoff.value = 0

@@ -30,9 +30,10 @@ Cores busy with other work: a worker the system preempts in the middle of a task
 caller waiting for a whole time slice of the other program (milliseconds, for a task of
 microseconds), and a network makes dozens of parallel calls per compute. So the caller times
 each shared call: when, after running its own tasks, it waits for the workers more than
-twice its own time per task (plus ``SLACK_NS``), a worker was held up, and calls run alone
-(as with ``threads=1``) for ``backoff`` nanoseconds, doubled at each straggler up to
-``MAX_BACKOFF_NS`` and reset by a shared call that finishes on time. While waiting, the
+twice its own time per task (plus ``SLACK_NS``), or loses its core for over a quarter of the
+call, the cores are busy with other work, and calls run alone (as with ``threads=1``) for
+``backoff`` nanoseconds, multiplied by ``BACKOFF_GROWTH`` at each straggler up to
+``MAX_BACKOFF_NS`` and reset once shared calls have run on time for four backoffs. While waiting, the
 caller yields its core after ``YIELD_SPINS`` pauses, so a worker waiting for that core runs.
 """
 
@@ -53,8 +54,9 @@ PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64])
 SPINS = 200_000                 # pause loops before a worker sleeps (about a millisecond)
 YIELD_SPINS = 2_000             # pause loops before a waiting caller yields its core
 SLACK_NS = 50_000               # a wait this much longer than expected marks a straggler
-BACKOFF_NS = 1_000_000          # first time callers run alone after a straggler
-MAX_BACKOFF_NS = 256_000_000    # longest (so a lasting load costs a probe every 1/4 s)
+BACKOFF_NS = 16_000_000         # first time callers run alone after a straggler
+BACKOFF_GROWTH = 4              # each straggler right after running alone multiplies it
+MAX_BACKOFF_NS = 1_000_000_000  # longest (so a lasting load costs a probe each second)
 CLOCK_MONOTONIC = 1
 THREAD_CPU_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system())   # CLOCK_THREAD_CPUTIME_ID
 _FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
@@ -238,13 +240,13 @@ class _Emitter:
         # Check: alone too while a recent straggler says the cores are busy with other work.
         b.position_at_end(check)
         start = self.now(b, timespec)
-        if THREAD_CPU_CLOCK is not None:
-            start_cpu = self.now(b, timespec, THREAD_CPU_CLOCK)
         busy = b.icmp_signed("<", start, self.load(b, ALONE_UNTIL, "monotonic"))
         with b.if_then(busy):
             self.store(b, LOCK, ir.Constant(I32, 0), "release")
         b.cbranch(busy, alone, publish)
         b.position_at_end(publish)
+        if THREAD_CPU_CLOCK is not None:
+            start_cpu = self.now(b, timespec, THREAD_CPU_CLOCK)
         # Close the last generation first: a worker that read its word (all tasks claimed)
         # and then this call's count, task and context must fail its compare-and-swap.
         old = b.lshr(self.load(b, WORD), irutil.i64(32))
@@ -295,10 +297,10 @@ class _Emitter:
         with b.if_else(late) as (straggler, on_time):
             with straggler:
                 self.store(b, ALONE_UNTIL, b.add(end, backoff), "monotonic")
-                doubled = b.mul(backoff, irutil.i64(2))
+                longer = b.mul(backoff, irutil.i64(BACKOFF_GROWTH))
                 self.store(b, BACKOFF, b.select(
-                    b.icmp_signed(">", doubled, irutil.i64(MAX_BACKOFF_NS)),
-                    irutil.i64(MAX_BACKOFF_NS), doubled), "monotonic")
+                    b.icmp_signed(">", longer, irutil.i64(MAX_BACKOFF_NS)),
+                    irutil.i64(MAX_BACKOFF_NS), longer), "monotonic")
             with on_time:
                 # Calm for four times the last backoff since running alone: start afresh.
                 calm = b.sub(end, self.load(b, ALONE_UNTIL, "monotonic"))
