@@ -291,14 +291,13 @@ def _one_thread_clue(result, onnx_path, feeds, want, repeats, options):
         result["one_thread"] = {"error": f"{type(error).__name__}: {_first_line(error)}"}
 
 
-def latency(run_myelin, run_ort, rounds=10, round_seconds=0.05, pause=0.02):
+def latency(run_myelin, run_ort, rounds=10, round_seconds=0.05, pause=0.1):
     """Median latencies and the median of per-round ratios, myelin over ONNX Runtime, from
     ``rounds`` paired rounds of about ``round_seconds`` each per system; which system goes
     first alternates round by round. Each round starts ``pause`` seconds after the last and
     with one untimed call: the other system's threads, which spin for a while after their
-    work (ONNX Runtime's by default), would otherwise take a core from its first calls
-    (ResNet-18 measured 1.50x without the pause, 1.24x with it; 1.29x with ONNX Runtime's
-    spinning off)."""
+    work, would otherwise take a core from its calls (ONNX Runtime's keep one of 2 cores busy
+    for 60 ms after its last run; myelin's spin for about a millisecond)."""
     counts = [max(1, int(round_seconds / max(_once(f), 1e-7))) for f in (run_myelin, run_ort)]
     samples = ([], [])
     for r in range(rounds):

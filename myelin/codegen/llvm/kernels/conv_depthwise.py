@@ -8,7 +8,8 @@ buffer row holds s phases (padded column s * j + p at j of phase p), so the taps
 consecutive outputs are consecutive elements. Then, for each output channel of the input
 channel, it computes ``ROWS`` output rows at a time, one vector of columns at a time, the
 weights splatted in registers: each vector loaded from the buffer feeds every row of the group
-that uses it. The last vector of a row is stored through a mask; the bias and the fused
+that uses it. The last vector of a row is stored in pieces of halving widths (masked stores
+were twice as slow on Zen 3), its epilogue inputs read through a mask; the bias and the fused
 epilogue are applied before the store.
 """
 
