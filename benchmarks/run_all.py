@@ -11,6 +11,7 @@ import fusion  # noqa: E402
 import gpu  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
+import threads_under_load  # noqa: E402
 import training  # noqa: E402
 import tuning  # noqa: E402
 import workloads  # noqa: E402
@@ -19,6 +20,7 @@ import workloads  # noqa: E402
 def main():
     guide_example.main()
     threads.main()
+    threads_under_load.main(threads_under_load.MODELS)
     fusion.main()
     workloads.main()
     tuning.main()

@@ -7,11 +7,14 @@ a constant per-output-channel (or scalar) ``Mul`` that follows a ``MatMul`` into
 constant weight, so that only a bias ``Add`` (if any) stays behind the product. Behind a
 ``Conv`` whose output has no other use, a constant per-channel ``Mul`` is folded into its
 weight and bias and a per-channel ``Add`` into its bias (a batch normalization disappears).
+A ``Conv`` whose kernel has taps that read only padding, whatever the output position (the
+large dilations of DeepLab's ASPP head on a small feature map), loses them.
 """
 
 import numpy as np
 
 from myelin.flow import dtypes
+from myelin.ops import conv as conv_ops
 from myelin.ops import registry
 from myelin.optimize.cleanup import apply_rules, forward, pinned
 
@@ -47,12 +50,49 @@ def _lower_batch_norm(flow, op):
     return True
 
 
+def _live_taps(g, axis):
+    """The first and last tap of ``axis`` that some output position reads inside the input."""
+    stride, pad, dilation = g.strides[axis], g.pads_begin[axis], g.dilations[axis]
+    live = [k for k in range(g.kernel[axis])
+            if any(0 <= o * stride - pad + k * dilation < g.input[axis]
+                   for o in range(g.output[axis]))]
+    return (live[0], live[-1]) if live else (0, g.kernel[axis] - 1)
+
+
+def _crop_dead_taps(flow, op):
+    """Drop the kernel taps of a Conv with a constant weight that fall in the padding for every
+    output (a dilated 3x3 whose dilation exceeds the image reads only its centre): the
+    weight is cropped and the pads moved by the taps dropped, so every output reads the
+    same input elements with the same weights."""
+    weight = op.inputs[1]
+    if not _fixed(weight) or weight is op.inputs[0] or weight.consumers != [op]:
+        return False
+    g = conv_ops.geometry(op)
+    spans = [_live_taps(g, axis) for axis in range(g.rank)]
+    if all((first, last) == (0, k - 1) for (first, last), k in zip(spans, g.kernel)):
+        return False
+    begin = [p - first * d for p, (first, _), d in zip(g.pads_begin, spans, g.dilations)]
+    end = [p - (k - 1 - last) * d
+           for p, (_, last), k, d in zip(g.pads_end, spans, g.kernel, g.dilations)]
+    if min(begin + end) < 0:
+        return False
+    crop = (slice(None), slice(None)) + tuple(slice(first, last + 1) for first, last in spans)
+    op.replace_input(weight, _constant(flow, f"{weight.name}/cropped", weight.data[crop],
+                                       weight.dtype))
+    op.attrs["pads"] = begin + end
+    op.attrs["auto_pad"] = "NOTSET"
+    op.attrs["kernel_shape"] = [last - first + 1 for first, last in spans]
+    return True
+
+
 _LOWERINGS = {"BatchNormalization": _lower_batch_norm,
-              "Dropout": lambda flow, op: forward(flow, op, [op.inputs[0]])}
+              "Dropout": lambda flow, op: forward(flow, op, [op.inputs[0]]),
+              "Conv": _crop_dead_taps}
 
 
 def simplify_inference(flow, ctx):
-    """Lower BatchNormalization and Dropout for inference; returns True if the flow changed."""
+    """Lower BatchNormalization and Dropout for inference and crop the dead taps of
+    convolutions; returns True if the flow changed."""
     return apply_rules(flow, ctx, _LOWERINGS, "simplify_inference")
 
 

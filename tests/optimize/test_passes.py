@@ -408,6 +408,28 @@ def test_batch_norm_with_learnable_statistics_stays():
     assert flow.vars["f/y"].producer.type == "BatchNormalization"
 
 
+def dilated_convs(f, rng):
+    """DeepLab's ASPP on a small map: a 3x3 whose dilation passes the image reads only its
+    centre; another reads its centre row and column only where the output is near a border
+    (kept); a 1-D one with stride 2 and asymmetric pads loses its last taps."""
+    x = f.var("x", "float32", [1, 3, 9, 10])
+    for dilation, name in ((12, "far"), (6, "near")):
+        w = f.array(f"W{dilation}", rng.standard_normal((4, 3, 3, 3)).astype(F32))
+        f.op("Conv", [x, w], name, {"dilations": [dilation] * 2, "pads": [dilation] * 4})
+    line = f.var("line", "float32", [2, 3, 7])
+    w = f.array("W1", rng.standard_normal((5, 3, 4)).astype(F32))
+    f.op("Conv", [line, w], "row", {"dilations": [3], "strides": [2], "pads": [1, 5]})
+
+
+def test_simplify_inference_crops_taps_that_read_only_padding():
+    flow = check_pass(dilated_convs, simplify_inference, eliminate_dead_code)
+    shapes = {op.outputs[0].name: (op.inputs[1].shape, op.attrs.get_ints("pads"))
+              for op in flow.funcs["f"].ops}
+    assert shapes["f/far"] == ((4, 3, 1, 1), [0, 0, 0, 0])
+    assert shapes["f/near"] == ((4, 3, 3, 3), [6, 6, 6, 6])
+    assert shapes["f/row"] == ((5, 3, 3), [1, 2])
+
+
 def dense(f, rng, transpose_b=False, scale_shape=(3,), extra_use=False):
     x = f.var("x", "float32", [2, 4])
     w = rng.standard_normal((3, 4) if transpose_b else (4, 3)).astype(F32)
