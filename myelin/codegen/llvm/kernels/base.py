@@ -202,6 +202,15 @@ def inline_constant(module, root):
     return variable
 
 
+def task_range(builder, index, size, units):
+    """The units [index * size, (index + 1) * size) of task ``index`` (an i64), the last
+    task's cut at ``units``: (start, stop) as i64 values."""
+    start = builder.mul(index, irutil.i64(size))
+    stop = builder.add(start, irutil.i64(size))
+    bound = irutil.i64(units) if isinstance(units, int) else units
+    return start, builder.select(builder.icmp_signed("<", stop, bound), stop, bound)
+
+
 def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
     """:func:`loops.elementwise` over ``shape``, split over threads along its first (collapsed)
     axis when the loop is large. ``operands(ctx)`` makes the (inputs, outputs) operands in a

@@ -19,7 +19,8 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
-from myelin.codegen.llvm.kernels.base import ArgumentContext, Kernel, inlined_bytes
+from myelin.codegen.llvm.kernels.base import (ArgumentContext, Kernel, inlined_bytes,
+                                              task_range)
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 
@@ -170,10 +171,7 @@ class ConvKernel(OutlinedKernel):
 
         def task(sub, index):
             b = sub.builder
-            start = b.mul(index, irutil.i64(size))
-            stop = b.add(start, irutil.i64(size))
-            stop = b.select(b.icmp_signed("<", stop, irutil.i64(units)), stop,
-                            irutil.i64(units))
+            start, stop = task_range(b, index, size, units)
             with irutil.for_range(b, start, stop, name="unit") as unit:
                 indices = []
                 for extent in reversed(outer[1:]):

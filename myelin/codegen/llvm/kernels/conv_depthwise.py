@@ -19,6 +19,7 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
+from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, ival, supported_floats
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
@@ -98,10 +99,7 @@ class DepthwiseConvKernel(OutlinedKernel):
 
         def task(sub, index):
             b = sub.builder
-            start = b.mul(index, irutil.i64(size))
-            stop = b.add(start, irutil.i64(size))
-            stop = b.select(b.icmp_signed("<", stop, irutil.i64(units)), stop,
-                            irutil.i64(units))
+            start, stop = task_range(b, index, size, units)
             buffer = irutil.stack_array(b, irutil.storage_type(y.dtype), s.span(band) * s.row)
             with irutil.for_range(b, start, stop, name="unit") as unit:
                 _Piece(sub, step, s, band, bands, buffer, unit).emit()

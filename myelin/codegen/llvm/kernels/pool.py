@@ -16,6 +16,7 @@ window.
 import math
 
 from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
+from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.conv import (OutlinedKernel, add, ival, mul, nested_loops,
                                               supported_floats, tap_range)
 from myelin.codegen.llvm.kernels.reduction import horizontal
@@ -151,10 +152,7 @@ class PoolKernel(OutlinedKernel):
                 irutil.store(b, results[1], irutil.element_ptr(b, ip, "int64", ival(y_at)),
                              "int64")
 
-        start = b.mul(index, irutil.i64(size))
-        end = b.add(start, irutil.i64(size))
-        planes = irutil.i64(g.batch * g.in_channels)
-        end = b.select(b.icmp_signed("<", end, planes), end, planes)
+        start, end = task_range(b, index, size, g.batch * g.in_channels)
         lanes = loops.lanes(ctx.target, dtype)
         first, last = (_vector_columns(g, lanes) if kind in ("MaxPool", "AveragePool")
                        and ip is None else (0, 0))

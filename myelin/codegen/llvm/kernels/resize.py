@@ -21,7 +21,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import Kernel, task_range
 from myelin.errors import MyelinError
 from myelin.ops import resize
 from myelin.ops.common import NUMERIC
@@ -203,10 +203,7 @@ class _Emitter:
                                                                irutil.i64(slot)))
             start, stop = 0, dim.size
             if k == 0:
-                start = b.mul(task, irutil.i64(size))
-                stop = b.add(start, irutil.i64(size))
-                stop = b.select(b.icmp_signed("<", stop, irutil.i64(dim.size)), stop,
-                                irutil.i64(dim.size))
+                start, stop = task_range(b, task, size, dim.size)
             with irutil.for_range(b, start, stop, name=f"r{k}") as o:
                 next_out = b.add(out_offset, b.mul(o, irutil.i64(out_strides[k])))
                 next_in = in_offset

@@ -13,7 +13,7 @@ weights are in the compute type: float64 for float64 inputs, else float32.
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, mathlib
-from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.base import Kernel, task_range
 from myelin.errors import MyelinError
 from myelin.ops import roi
 
@@ -83,10 +83,7 @@ class _Emitter:
     def emit_rois(self, index, size):
         """The ROIs [index * size, (index + 1) * size) (the last task's range cut short)."""
         b = self.b
-        start = b.mul(index, irutil.i64(size))
-        stop = b.add(start, irutil.i64(size))
-        total = irutil.i64(self.out.shape[0])
-        stop = b.select(b.icmp_signed("<", stop, total), stop, total)
+        start, stop = task_range(b, index, size, self.out.shape[0])
         self.acc = irutil.stack_array(b, self.ftype, min(CHANNEL_BLOCK, self.x.shape[1]))
         with irutil.for_range(b, start, stop, name="roi") as r:
             self.emit_roi(r)
