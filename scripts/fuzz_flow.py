@@ -16,7 +16,6 @@ cell (or every function with a signature) on random inputs. Outcomes are counted
 of memory is saved into ``--out`` for ``--replay``.
 """
 
-import argparse
 import os
 import random
 import struct
@@ -362,14 +361,7 @@ def run_case(data, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--out", default="fuzz-out/flow", help="where defects are saved")
-    parser.add_argument("--replay", help="run one saved case here, showing its traceback")
-    parser.add_argument("--verbose", action="store_true", help="print each defect")
+    parser = fuzzing.arguments(__doc__.split("\n\n")[0], 10_000, "fuzz-out/flow")
     args = parser.parse_args()
     if args.replay:
         fuzzing.replay(run_case, args.replay)

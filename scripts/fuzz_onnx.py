@@ -16,7 +16,6 @@ compiles it for its declared shapes when its inputs are too large to make). Outc
 counted as :mod:`fuzzing` says; defects are saved into ``--out`` for ``--replay``.
 """
 
-import argparse
 import copy
 import os
 import random
@@ -493,15 +492,8 @@ def run_case(data, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser = fuzzing.arguments(__doc__.split("\n\n")[0], 2000, "fuzz-out/onnx")
     parser.add_argument("--no-torch", action="store_true", help="helper-built models only")
-    parser.add_argument("--out", default="fuzz-out/onnx", help="where defects are saved")
-    parser.add_argument("--replay", help="run one saved case here, showing its traceback")
-    parser.add_argument("--verbose", action="store_true", help="print each defect")
     args = parser.parse_args()
     if args.replay:
         fuzzing.replay(run_case, args.replay)

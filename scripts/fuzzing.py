@@ -20,6 +20,7 @@ reversed): the case marks its run with :func:`running_program`, so such a run is
 from a hang of myelin itself.
 """
 
+import argparse
 import collections
 import contextlib
 import dataclasses
@@ -260,6 +261,36 @@ def save(result, folder, suffix):
                    "detail": result.detail}, file, indent=1)
 
 
+def describe(result):
+    """A case's outcome as text: its index, mutation, outcome, kind and detail."""
+    return (f"case {result.case.index} ({result.case.mutation}): {result.outcome} "
+            f"{result.kind}\n{result.detail}")
+
+
+def sample(cases, runner, workers=2, timeout=60.0):
+    """Run a seeded sample of ``cases`` (the test suite's): (results, their Tally, the
+    description of each defect)."""
+    results = run_cases(cases, runner, workers, timeout)
+    tally = Tally()
+    for result in results:
+        tally.add(result)
+    return results, tally, [describe(r) for r in results if r.outcome in DEFECTS]
+
+
+def arguments(description, cases, out):
+    """The command line every fuzz script takes (its own options added by the caller):
+    ``cases`` by default, defects saved under ``out``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=int, default=cases)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--out", default=out, help="where defects are saved")
+    parser.add_argument("--replay", help="run one saved case here, showing its traceback")
+    parser.add_argument("--verbose", action="store_true", help="print each defect")
+    return parser
+
+
 def campaign(title, cases, runner, suffix, workers, timeout, folder, verbose=False):
     """Run ``cases``, print progress and the tally, save every defect into ``folder``;
     returns the Tally."""
@@ -272,8 +303,7 @@ def campaign(title, cases, runner, suffix, workers, timeout, folder, verbose=Fal
             if folder:
                 save(result, folder, suffix)
             if verbose:
-                print(f"case {result.case.index} ({result.case.mutation}): {result.outcome} "
-                      f"{result.kind}\n{result.detail}", flush=True)
+                print(describe(result), flush=True)
         done = sum(tally.outcomes.values())
         if done % 500 == 0:
             print(f"  {done} cases, {tally.defects} defects, "

@@ -20,12 +20,7 @@ def test_a_seeded_sample_has_no_defects():
     models = fuzz_onnx.corpus(torch=False)
     supported = myelin.onnx.supported_ops()
     cases = [fuzz_onnx.make_case(models, index, SEED, supported) for index in range(CASES)]
-    results = fuzzing.run_cases(cases, "fuzz_onnx:run_case", workers=2, timeout=60)
-    tally = fuzzing.Tally()
-    for result in results:
-        tally.add(result)
-    defects = [f"case {r.case.index} ({r.case.mutation}): {r.outcome} {r.kind}\n{r.detail}"
-               for r in results if r.outcome in fuzzing.DEFECTS]
+    results, tally, defects = fuzzing.sample(cases, "fuzz_onnx:run_case")
     assert not defects, "\n\n".join(defects)
     assert len(results) == CASES
     assert tally.outcomes["ok"] >= CASES // 20 and tally.outcomes["myelin"] >= CASES // 2
