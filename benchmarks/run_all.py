@@ -8,6 +8,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import compile_cache  # noqa: E402
 import control_flow  # noqa: E402
 import fusion  # noqa: E402
+import generation  # noqa: E402
 import gpu  # noqa: E402
 import guide_example  # noqa: E402
 import threads  # noqa: E402
@@ -23,6 +24,7 @@ def main():
     threads_under_load.main(threads_under_load.MODELS)
     fusion.main()
     workloads.main()
+    generation.main([])
     tuning.main()
     compile_cache.main(warm_runs=5)
     control_flow.main()

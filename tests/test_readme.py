@@ -39,6 +39,8 @@ def _gpu():
 SKIPPED = {
     'myelin.onnx.load("resnet18.onnx")': ("needs resnet18.onnx and images", lambda: True),
     'myelin.onnx.localize("model.onnx"': ("needs model.onnx and images", lambda: True),
+    "from generate import Decoder": ("examples/generate.py, which "
+                                     "tests/test_generate_example.py runs", lambda: True),
     "myelin.tf.import_graph(": ("needs graph.pbtxt, a concrete function and a SavedModel",
                                 lambda: True),
     "myelin.cuda.compile(flow)": ("needs a GPU", lambda: not _gpu()),

@@ -326,9 +326,15 @@ class GatherNDKernel(_IndexingKernel):
 
 
 class ScatterNDKernel(_IndexingKernel):
-    """``ScatterND``: copy data, then write (or combine) each update slice in order."""
+    """``ScatterND``: copy data, then write (or combine) each update slice in order. The
+    output may take data's storage (``inplace``), as ``Assign(cache, ScatterND(cache, ...))``
+    does for a key/value cache: then only the update slices are written."""
 
     TYPE = "ScatterND"
+
+    def inplace(self, step):
+        data, out = step.inputs[0], step.outputs[0]
+        return [0] if data.dtype == out.dtype and data.shape == out.shape else []
 
     def emit(self, ctx, step):
         data, indices, updates = step.inputs
@@ -337,7 +343,8 @@ class ScatterNDKernel(_IndexingKernel):
         size = _prod(data.shape[indices.shape[-1]:])
         b = ctx.builder
         if out.elements:
-            copy(ctx, (out.elements,), ctx.operand(data, (1,)), ctx.operand(out, (1,)))
+            with b.if_then(b.icmp_unsigned("!=", ctx.pointer(data), ctx.pointer(out))):
+                copy(ctx, (out.elements,), ctx.operand(data, (1,)), ctx.operand(out, (1,)))
         if updates.elements == 0:
             return
         dst, upd = ctx.pointer(out), ctx.pointer(updates)
