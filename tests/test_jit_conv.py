@@ -508,16 +508,19 @@ def test_grouped_conv_as_matrix_product(dtype, features, threads, epilogue):
 
 
 # Small output planes (7x7 and under) whose pixel panels would be partly empty: with constant
-# weights and the output channels filling whole panels (multiples of 32 channels fill them on
-# every target), the channels go in the vector lanes.
+# weights and the output channels filling panels fuller than the pixels do, the channels go in
+# the vector lanes (multiples of 32 channels fill them on every target; 20 channels fill 8- to
+# 32-wide panels less than 49 pixels do; 24 and 40 channels fill them more than 1 to 4 pixels).
 SMALL_PLANES = [
-    ((2, 64, 7, 7), (64, 64, 1, 1), dict()),
-    ((1, 24, 7, 7), (32, 24, 3, 3), dict(pads=[1, 1, 1, 1])),
-    ((1, 16, 14, 14), (64, 16, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
-    ((2, 40, 13, 13), (64, 40, 1, 1), dict(strides=[2, 2])),
-    ((1, 8, 5, 6), (32, 8, 3, 2), dict(pads=[0, 1, 1, 0], dilations=[1, 2])),
-    ((1, 12, 3, 3, 3), (32, 12, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),
-    ((1, 9, 7, 7), (20, 9, 3, 3), dict(pads=[1, 1, 1, 1])),     # 20 channels: ConvGemm
+    ((2, 64, 7, 7), (64, 64, 1, 1), dict(), "ConvChannels"),
+    ((1, 24, 7, 7), (32, 24, 3, 3), dict(pads=[1, 1, 1, 1]), "ConvChannels"),
+    ((1, 16, 14, 14), (64, 16, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), "ConvChannels"),
+    ((2, 40, 13, 13), (64, 40, 1, 1), dict(strides=[2, 2]), "ConvChannels"),
+    ((1, 8, 5, 6), (32, 8, 3, 2), dict(pads=[0, 1, 1, 0], dilations=[1, 2]), "ConvChannels"),
+    ((1, 12, 3, 3, 3), (32, 12, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1]), "ConvChannels"),
+    ((1, 9, 7, 7), (20, 9, 3, 3), dict(pads=[1, 1, 1, 1]), "ConvGemm"),
+    ((1, 72, 1, 1), (24, 72, 1, 1), dict(), "ConvChannels"),    # squeeze-and-excitation
+    ((2, 120, 2, 2), (40, 120, 1, 1), dict(), "ConvChannels"),
 ]
 
 
@@ -525,11 +528,11 @@ SMALL_PLANES = [
 @pytest.mark.parametrize("epilogue", ["bias", "relu", "residual"])
 def test_small_planes_with_channels_in_lanes(features, threads, epilogue):
     """relu(conv(x) + bias (+ residual)) over small planes: ConvChannels where the channels
-    fill whole panels, ConvGemm where they do not."""
+    fill panels fuller than the pixels, ConvGemm where they do not."""
     rng = np.random.default_rng()
     flow = myelin.Flow()
     inputs, expected = {}, {}
-    for i, (x_shape, w_shape, attrs) in enumerate(SMALL_PLANES):
+    for i, (x_shape, w_shape, attrs, kernel) in enumerate(SMALL_PLANES):
         f = myelin.Builder(flow, f"f{i}")
         x = f.var("x", "float32", list(x_shape))
         w = f.const(random_array(rng, "float32", w_shape))
@@ -544,7 +547,7 @@ def test_small_planes_with_channels_in_lanes(features, threads, epilogue):
             y = f.relu(y)
         f.identity(y, name="y")
         inputs[f"f{i}"] = values
-        expected[f"f{i}"] = "ConvChannels" if w_shape[0] % 32 == 0 else "ConvGemm"
+        expected[f"f{i}"] = kernel
     net = run_and_compare(flow, inputs, TOLERANCE["float32"], features, threads=threads)
     for name, kernel in expected.items():
         steps = [step for step in net.cell(name).steps if not step.noop]

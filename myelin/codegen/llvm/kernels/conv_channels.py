@@ -46,9 +46,9 @@ i64 = irutil.i64
 _GEMM = ConvGemmKernel()
 
 
-def _pixels_fill(pixels, width):
-    """How full ``pixels`` fill panels of ``width``."""
-    return pixels / (-(-pixels // width) * width)
+def _fill(count, width):
+    """How full ``count`` columns fill panels of ``width``."""
+    return count / (-(-count // width) * width)
 
 
 def _default(target, pixels):
@@ -60,7 +60,9 @@ def _default(target, pixels):
 
 class ConvChannelsKernel(Kernel):
     """``Conv`` and ``FusedConv`` with one group and constant weights whose pixel panels would
-    be less than ``FILL`` full, whose output channels fill whole panels, and whose image's
+    be less than ``FILL`` full, whose output channels fill panels fuller than the pixels do
+    (a squeeze-and-excitation block's 1x1 convolutions on one pixel, with 24 or 120 channels,
+    are matrix-vector products: 16 times the work as panels of pixels), and whose image's
     packed taps fit ``A_BYTES`` (so the weights pass through the cache once per image: where
     they pass once per block of pixels, the product is bound by reading them)."""
 
@@ -80,8 +82,9 @@ class ConvChannelsKernel(Kernel):
         pixels, taps = math.prod(g.output), g.in_channels * math.prod(g.kernel)
         rows = _default(target, pixels)["rows"]
         packed = -(-pixels // math.lcm(rows, lanes)) * math.lcm(rows, lanes) * taps * y.itemsize
-        return (g.out_channels % (VECTORS * lanes) == 0 and packed <= A_BYTES
-                and _pixels_fill(pixels, VECTORS * lanes) < FILL)
+        width = VECTORS * lanes
+        return (packed <= A_BYTES and _fill(pixels, width) < FILL
+                and _fill(g.out_channels, width) > _fill(pixels, width))
 
     def choices(self, step, target):
         pixels = math.prod(conv_ops.geometry(fused_ops.conv_part(step)).output)
