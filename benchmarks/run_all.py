@@ -5,6 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import bandwidth  # noqa: E402
 import compile_cache  # noqa: E402
 import control_flow  # noqa: E402
 import fusion  # noqa: E402
@@ -24,6 +25,7 @@ def main():
     threads_under_load.main(threads_under_load.MODELS)
     fusion.main()
     workloads.main()
+    bandwidth.main()
     generation.main([])
     tuning.main()
     compile_cache.main(warm_runs=5)
