@@ -30,6 +30,8 @@ import zlib
 
 import numpy as np
 
+from zoo.phases import PhaseTimer
+
 #: Per precision: relative tolerance (of the output's largest magnitude) and absolute floor.
 #: float32: 1e-4 relative, and 1e-6 absolute for outputs that are all near zero (ONNX Runtime's
 #: float32 Sigmoid is ~1e-7 off in its tail). float16: 1e-2, about 20 units of float16's last
@@ -161,7 +163,8 @@ def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=Tru
     result["ort_session_s"] = time.perf_counter() - start
 
     progress.stage("import")
-    options = dict(compiler_options or {})
+    phases = PhaseTimer()
+    options = {"progress": phases, **(compiler_options or {})}
     start = time.perf_counter()
     try:
         model = myelin.onnx.load(str(onnx_path), **options)
@@ -176,6 +179,7 @@ def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=Tru
                                                f"{_first_line(error)}"[:400] + also)
         return result
     result["compile_s"] = time.perf_counter() - start
+    result["phases"] = phases.rounded()
     if want is None:
         result.update(outcome="error", message=f"ONNX Runtime failed: {result['ort_error']}")
         return result

@@ -6,6 +6,7 @@
     python benchmarks/zoo/run.py --fast             # the quick subset
     python benchmarks/zoo/run.py --cnn              # the CNNs, and their speed goals
     python benchmarks/zoo/run.py --report           # the table of the results kept so far
+    python benchmarks/zoo/run.py --compile-time     # benchmarks/compile_time.py over the zoo
 
 Each model is checked in a subprocess of its own with a time limit (zoo.check.check_model:
 import, compile, error per output, 50 repeated runs, latency), with the compile cache off so
@@ -144,6 +145,12 @@ def summary(results):
     if compiles:
         lines.append(f"compile (import + first run, cold): median "
                      f"{statistics.median(compiles):.1f} s, max {max(compiles):.1f} s")
+    phased = [r["phases"] for r in results if r.get("phases")]
+    if phased:
+        names = list(dict.fromkeys(name for phases in phased for name in phases))
+        lines.append("compile phases, median s: " + ", ".join(
+            f"{name} {statistics.median(p.get(name, 0.0) for p in phased):.3f}"
+            for name in names))
     return lines
 
 
@@ -207,10 +214,17 @@ def main(argv=None):
     parser.add_argument("--report", action="store_true",
                         help="print the kept results of the selected models; check nothing")
     parser.add_argument("--markdown", action="store_true", help="the table in Markdown")
+    parser.add_argument("--compile-time", action="store_true",
+                        help="run benchmarks/compile_time.py (its default models and the "
+                             "median over every built model) instead of the checks")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     folder = args.dir or catalog.zoo_dir()
+    if args.compile_time:
+        import compile_time
+        return compile_time.main(["--zoo", "--dir", str(folder)]
+                                 + (["--models", ",".join(args.names)] if args.names else []))
     if args.one:
         check_here(args.one, folder, args.out)
         return 0
