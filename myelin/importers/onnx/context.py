@@ -39,6 +39,7 @@ class NodeContext(ConverterContext):
         self.opset = importer.opset
         self.b = importer.builder
         self._inputs = inputs
+        self._op_type = node.op_type
 
     @property
     def name(self):
@@ -46,7 +47,7 @@ class NodeContext(ConverterContext):
 
     @property
     def op_type(self):
-        return self.node.op_type
+        return self._op_type
 
     @property
     def num_outputs(self):
@@ -173,6 +174,16 @@ class NodeContext(ConverterContext):
         graph = self.attr(attribute)
         return self.importer.subgraph(graph, builder, list(inputs),
                                       f"node {self.name} ({self.op_type}) {attribute}")
+
+    def as_op(self, op_type, inputs, attrs, opset=None):
+        """This node's context as an ai.onnx ``op_type`` node with other inputs (variables,
+        None for absent ones) and attributes, for its converter to convert (a quantized op
+        through its float op); ``opset`` replaces the opset whose form that op takes."""
+        other = copy.copy(self)
+        other._op_type, other._inputs, other.attrs = op_type, list(inputs), dict(attrs)
+        if opset is not None:
+            other.opset = opset
+        return other
 
     def using(self, builder):
         """This node's context adding ops to the function of ``builder`` (a branch or loop

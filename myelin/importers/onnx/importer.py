@@ -65,7 +65,8 @@ def check_supported(model):
     version = proto.opset(model)
     missing, problems = [], []
     for node in _nodes(model.graph):
-        schema = proto.schema(node, version)
+        schema = proto.schema(node, version) or converters.contrib_schema(node.op_type,
+                                                                          node.domain)
         domain = node.domain or "ai.onnx"
         if converters.find(node.op_type, node.domain) is None:
             missing.append((f"{node.op_type} (opset {version}, domain {domain})",

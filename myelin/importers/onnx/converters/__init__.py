@@ -6,33 +6,47 @@ changed between opset versions is chosen by ``ctx.opset``. Importing this packag
 every converter (each module below covers one group of ops).
 """
 
-_CONVERTERS = {}
-_DOMAINS = ("", "ai.onnx")
+_CONVERTERS = {}          # (domain, op type) -> converter; "" is the default ai.onnx domain
+_SCHEMAS = {}             # (domain, op type) -> onnx.defs.OpSchema, for the other domains
+CONTRIB = "com.microsoft"     # ONNX Runtime's contrib ops (its quantizer's QOperator format)
 
 
-def converter(*op_types):
-    """Decorator registering a function as the converter of ``op_types``."""
+def _domain(domain):
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def converter(*op_types, domain="", schema=None):
+    """Decorator registering a function as the converter of ``op_types`` in ``domain``. An op
+    of a domain ONNX does not define (``CONTRIB``) brings its ``schema``, an
+    ``onnx.defs.OpSchema`` that the importer checks nodes against as it does ONNX's."""
     def register(fn):
         for op_type in op_types:
-            if op_type in _CONVERTERS:
+            key = (_domain(domain), op_type)
+            if key in _CONVERTERS:
                 raise ValueError(f"ONNX op {op_type} already has a converter")
-            _CONVERTERS[op_type] = fn
+            _CONVERTERS[key] = fn
+            if schema is not None:
+                _SCHEMAS[key] = schema
         return fn
     return register
 
 
 def find(op_type, domain=""):
     """The converter of ``op_type`` in ``domain``, or None."""
-    if domain not in _DOMAINS:
-        return None
-    return _CONVERTERS.get(op_type)
+    return _CONVERTERS.get((_domain(domain), op_type))
+
+
+def contrib_schema(op_type, domain):
+    """The schema of an op of a domain ONNX does not define, or None."""
+    return _SCHEMAS.get((_domain(domain), op_type))
 
 
 def supported():
-    """The ONNX op types that have a converter."""
-    return sorted(_CONVERTERS)
+    """The op types that have a converter: ai.onnx's by name, the others' as
+    ``domain.name``."""
+    return sorted(f"{domain}.{op}" if domain else op for domain, op in _CONVERTERS)
 
 
 from myelin.importers.onnx.converters import (  # noqa: E402,F401
-    activations, array, control, dynamic, einsum, image, indexing, losses, math, nn, quantize,
-    recurrent, reduce, resize, roi, sampling, scan, sequence, transformer, windows)
+    activations, array, control, dynamic, einsum, image, indexing, losses, math, nn, qoperator,
+    quantize, recurrent, reduce, resize, roi, sampling, scan, sequence, transformer, windows)

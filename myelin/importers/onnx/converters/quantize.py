@@ -72,7 +72,7 @@ def _saturate(ctx, value, dtype):
     return ctx.cast(value, dtype)
 
 
-def _quantize(ctx, scaled, zero_point, dtype):
+def quantize_scaled(ctx, scaled, zero_point, dtype):
     """saturate(round(scaled) + zero_point) as ``dtype``; ``zero_point`` broadcastable or None."""
     value = ctx.op("Round", [scaled])
     if zero_point is not None:
@@ -102,7 +102,7 @@ def _quantize_linear(ctx):
     scale = _broadcastable(ctx, scale, x.shape, axis, block_size)
     zero_point = _broadcastable(ctx, ctx.input(2), x.shape, axis, block_size) \
         if ctx.has(2) else None
-    return _quantize(ctx, _div(ctx, x, scale), zero_point, dtype)
+    return quantize_scaled(ctx, _div(ctx, x, scale), zero_point, dtype)
 
 
 @converter("DequantizeLinear")
@@ -126,10 +126,13 @@ def _dequantize_linear(ctx):
 
 @converter("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx):
-    """uint8 quantization of float32 x with the scale and zero point that map
-    [min(x, 0), max(x, 0)] onto [0, 255] (as the reference: float32 math, the zero point
-    clamped, then rounded half to even)."""
-    x = ctx.input(0)
+    return list(dynamic_quantize(ctx, ctx.input(0)))
+
+
+def dynamic_quantize(ctx, x):
+    """(y, scale, zero point): uint8 quantization of float32 x with the scale and zero point
+    that map [min(x, 0), max(x, 0)] onto [0, 255] (as the reference: float32 math, the zero
+    point clamped, then rounded half to even)."""
 
     def c(value):
         return ctx.const(value, x.dtype)
@@ -141,8 +144,8 @@ def _dynamic_quantize_linear(ctx):
     initial = ctx.op("Neg", [ctx.op("Div", [low, scale])])
     initial = ctx.op("Minimum", [ctx.op("Maximum", [initial, c(0)]), c(255)])
     zero_point = ctx.op("Round", [initial])
-    y = _quantize(ctx, ctx.op("Div", [x, scale]), zero_point, "uint8")
-    return [y, scale, ctx.cast(zero_point, "uint8")]
+    y = quantize_scaled(ctx, ctx.op("Div", [x, scale]), zero_point, "uint8")
+    return y, scale, ctx.cast(zero_point, "uint8")
 
 
 # Integer matrix products.
@@ -163,7 +166,7 @@ def _row_param(ctx, param, a):
     return param
 
 
-def _column_param(ctx, param):
+def column_param(ctx, param):
     """A per-column parameter of the second matrix ([N]) broadcasts as it is."""
     if param is not None and param.rank >= 1 and param.elements == 1:
         return ctx.reshape(param, ())
@@ -174,9 +177,9 @@ def _optional(ctx, index):
     return ctx.input(index) if ctx.has(index) else None
 
 
-def _integer_matmul(ctx, a, a_zero, b, b_zero):
+def integer_matmul(ctx, a, a_zero, b, b_zero):
     a_zero = _row_param(ctx, a_zero, a)
-    b_zero = _column_param(ctx, b_zero)
+    b_zero = column_param(ctx, b_zero)
     return matmul(ctx, _shifted(ctx, a, a_zero, "int32"), _shifted(ctx, b, b_zero, "int32"))
 
 
@@ -184,7 +187,7 @@ def _integer_matmul(ctx, a, a_zero, b, b_zero):
 def _matmul_integer(ctx):
     """(A - a_zero_point) @ (B - b_zero_point) in int32; a_zero_point per tensor or per row
     of A, b_zero_point per tensor or per column of B."""
-    return _integer_matmul(ctx, ctx.input(0), _optional(ctx, 2), ctx.input(1),
+    return integer_matmul(ctx, ctx.input(0), _optional(ctx, 2), ctx.input(1),
                            _optional(ctx, 3))
 
 
@@ -215,8 +218,8 @@ def _qlinear_matmul(ctx):
     a, a_scale, a_zero = ctx.input(0), ctx.input(1), ctx.input(2)
     b, b_scale, b_zero = ctx.input(3), ctx.input(4), ctx.input(5)
     y_scale, y_zero = ctx.input(6), _optional(ctx, 7)
-    accumulated = _integer_matmul(ctx, a, a_zero, b, b_zero)
-    multiplier = _multiplier(ctx, _row_param(ctx, a_scale, a), _column_param(ctx, b_scale),
+    accumulated = integer_matmul(ctx, a, a_zero, b, b_zero)
+    multiplier = _multiplier(ctx, _row_param(ctx, a_scale, a), column_param(ctx, b_scale),
                              _row_param(ctx, y_scale, a))
     dtype = y_zero.dtype if y_zero is not None else a.dtype
     if y_zero is not None and y_zero.rank >= 1 and y_zero.elements == 1:
