@@ -188,3 +188,39 @@ def test_supported_and_checked_like_onnx_ops():
                                         ("x", _q((2, 2)))], TensorProto.UINT8, axis=0)
     with pytest.raises(myelin.ShapeError, match="triples"):
         myelin.onnx.load(model).run({"ys": _scale(), "yz": _zero(), "x": _q((2, 2))})
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_lstm(per_column):
+    """The float LSTM of the dequantized weights (ONNX Runtime's own LSTM on them agrees to
+    1e-5); ONNX Runtime's DynamicQuantizeLSTM also rounds X and the hidden state to 8 bits."""
+    hidden, size = 6, 8
+    x = RNG.standard_normal((5, 2, size)).astype(np.float32)
+    w, r = _weights((1, size, 4 * hidden)), _weights((1, hidden, 4 * hidden))
+    scales = [(RNG.uniform(0.01, 0.03, (1, 4 * hidden)) if per_column
+               else RNG.uniform(0.01, 0.03, (1,))).astype(np.float32) for _ in range(2)]
+    zeros = [np.zeros(s.shape, np.int8) for s in scales]
+    bias = RNG.standard_normal((1, 8 * hidden)).astype(np.float32)
+    inputs = [("x", x), ("w", w), ("r", r), ("b", bias), ("lens", None), ("h0", None),
+              ("c0", None), ("p", None), ("ws", scales[0]), ("wz", zeros[0]),
+              ("rs", scales[1]), ("rz", zeros[1])]
+    model, feeds = _model("DynamicQuantizeLSTM", inputs, TensorProto.FLOAT,
+                          initializers=("w", "r", "b", "ws", "wz", "rs", "rz"),
+                          hidden_size=hidden)
+    (actual,) = myelin.onnx.load(model).run(feeds)
+    # ONNX's LSTM of the dequantized weights, [directions, 4 hidden, input].
+    float_weights = [(q.astype(np.float32) * s[:, None, :] if per_column
+                      else q.astype(np.float32) * s[:, None, None]).transpose(0, 2, 1)
+                     for q, s in ((w, scales[0]), (r, scales[1]))]
+    node = helper.make_node("LSTM", ["x", "w", "r", "b"], ["y"], hidden_size=hidden)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, n) for n, v in zip("wrb", float_weights + [bias])])
+    reference = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (expected,) = onnxruntime.InferenceSession(
+        reference.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    (quantized,) = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert np.abs(actual - quantized).max() <= 0.05 * np.abs(quantized).max()

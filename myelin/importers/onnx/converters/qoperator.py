@@ -1,7 +1,8 @@
 """ONNX Runtime's quantized contrib ops (domain ``com.microsoft``), which its quantizer emits
 in the QOperator format: QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
 QLinearSoftmax, QLinearGlobalAveragePool, QLinearAveragePool, QLinearReduceMean,
-QLinearConcat, QLinearWhere, QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul.
+QLinearConcat, QLinearWhere, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul and
+DynamicQuantizeLSTM.
 
 Each computes what its documentation defines: the element-wise and pooling ops dequantize
 their inputs (``(float32(x) - zero_point) * scale``), apply the float op (through that op's
@@ -24,9 +25,8 @@ _Param = onnx.defs.OpSchema.FormalParameter
 _Attr = onnx.defs.OpSchema.Attribute
 _OPTIONAL = onnx.defs.OpSchema.FormalParameterOption.Optional
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
-_TYPES = {"INT": onnx.defs.OpSchema.AttrType.INT, "INTS": onnx.defs.OpSchema.AttrType.INTS,
-          "FLOAT": onnx.defs.OpSchema.AttrType.FLOAT,
-          "STRING": onnx.defs.OpSchema.AttrType.STRING}
+_TYPES = {name: getattr(onnx.defs.OpSchema.AttrType, name)
+          for name in ("INT", "INTS", "FLOAT", "FLOATS", "STRING", "STRINGS")}
 
 
 def _schema(op_type, inputs, outputs=("Y",), attributes=()):
@@ -242,3 +242,28 @@ def _qgemm(ctx):
     if not ctx.has(7):
         return y
     return _requantize(ctx, y, ctx.input(7), _optional(ctx, 8), ctx.input(0))
+
+
+@_contrib("DynamicQuantizeLSTM", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?",
+                                  "initial_c?", "P?", "W_scale", "W_zero_point", "R_scale",
+                                  "R_zero_point"), ("Y?", "Y_h?", "Y_c?"),
+          attributes=[("activation_alpha", "FLOATS", False),
+                      ("activation_beta", "FLOATS", False), ("activations", "STRINGS", False),
+                      ("clip", "FLOAT", False), ("direction", "STRING", False),
+                      ("hidden_size", "INT", False), ("input_forget", "INT", False)])
+def _dynamic_quantize_lstm(ctx):
+    """An LSTM whose int8 weights W [directions, input, 4 hidden] and R [directions, hidden,
+    4 hidden] (transposed against LSTM's) are dequantized with a scale and zero point per
+    direction or per direction and column: the float LSTM of those weights. ONNX Runtime
+    also quantizes X and the hidden state at each step, so its results carry that rounding
+    (about 1/255 of their range) and differ from these by it."""
+    weights = []
+    for index, scale_index in ((1, 8), (2, 10)):
+        w, scale, zero = ctx.input(index), ctx.input(scale_index), ctx.input(scale_index + 1)
+        shape = [w.shape[0], 1, w.shape[2]] if scale.rank == 2 else [w.shape[0], 1, 1]
+        value = ctx.op("Sub", [ctx.cast(w, "float32"),
+                               ctx.cast(ctx.reshape(zero, shape), "float32")])
+        value = ctx.op("Mul", [value, ctx.cast(ctx.reshape(scale, shape), "float32")])
+        weights.append(ctx.op("Transpose", [value], {"perm": [0, 2, 1]}))
+    inputs = [ctx.input(0)] + weights + [_optional(ctx, i) for i in range(3, 8)]
+    return _float_op(ctx, "LSTM", inputs, ctx.attrs)
