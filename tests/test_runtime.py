@@ -8,6 +8,7 @@ import pytest
 
 import myelin
 from jitcheck import guide_flow
+from myelin.runtime.memory import address
 
 
 def numpy_guide(xv, W, b):
@@ -288,6 +289,32 @@ def test_reference_inputs_assignment_and_errors():
     np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
     with pytest.raises(myelin.InputError, match="shape"):
         data[x] = np.zeros((2, 2))
+
+
+def test_a_binder_binds_what_bind_takes_and_refuses_the_rest():
+    flow, x, a = _reference_flow()
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    bind = data.binder(x)
+    data.bind(a, np.ones((120, 200), np.float32))
+    rng = np.random.default_rng()
+    for values in (rng.random((3, 5), np.float32), rng.random((3, 5), np.float32)):
+        assert bind(values)
+        data.compute()
+        np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
+    for refused in (np.zeros((3, 5)), np.zeros((5, 3), np.float32).T,
+                    np.zeros((3, 4), np.float32), [[0.0] * 5] * 3, None):
+        assert not bind(refused)
+    data.compute()                                # still reads the last array bound
+    np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
+    with pytest.raises(myelin.InputError, match="not a reference"):
+        data.binder("f/y")
+
+
+def test_address_is_the_data_pointer():
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    for array in (base, base[1:], base[:, 2:], base.T, base[::2, ::3], np.float32(1.5) * base,
+                  np.zeros(0), np.array(3), np.arange(5, dtype=np.int8)[1:]):
+        assert address(array) == array.__array_interface__["data"][0]
 
 
 def test_one_instance_on_two_threads_at_once_is_refused():

@@ -16,7 +16,7 @@ import numpy as np
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Variable
-from myelin.runtime.memory import aligned_zeros
+from myelin.runtime.memory import address, aligned_zeros
 from myelin.runtime.profile import Profile
 
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
@@ -325,31 +325,38 @@ class Instance:
         self._memory.fill(0)
         for spec in self.cell._tensors:
             if id(spec) in self._bound:
-                self._store_address(spec, self._bound[id(spec)])
+                self._words[spec.offset // 8] = address(self._bound[id(spec)])
 
     def bind(self, key, array):
         """Make reference input ``key`` read ``array`` in place (no copy): a C-contiguous
         NumPy array of the tensor's dtype and shape, kept alive by the instance until another
         is bound. Raises InputError for any other tensor or array."""
+        if not self.binder(key)(array):
+            raise _unbindable(self.cell._tensors[self._resolve(key)], array)
+
+    def binder(self, key):
+        """A function ``bind(array)`` for binding arrays to reference input ``key`` at every
+        call, the key resolved once: it binds an array that :meth:`bind` takes and returns
+        True, or returns False, binding nothing, for one that bind refuses."""
         spec = self.cell._tensors[self._resolve(key)]
         if not spec.ref:
             raise InputError(f"tensor {spec.name} is not a reference input; assign its value "
                              f"with data[name] = value")
-        target = dtypes.to_numpy(spec.dtype)
-        if not isinstance(array, np.ndarray) or array.dtype != target:
-            raise InputError(f"reference input {spec.name} binds {spec.dtype} arrays, not "
-                             f"{getattr(array, 'dtype', type(array).__name__)}")
-        if array.shape != spec.shape or not array.flags.c_contiguous:
-            layout = "C-contiguous" if array.flags.c_contiguous else "non-contiguous"
-            raise InputError(f"reference input {spec.name} binds C-contiguous arrays of shape "
-                             f"{list(spec.shape)}, not a {layout} one of shape "
-                             f"{list(array.shape)}")
-        if self._bound.get(id(spec)) is not array:
-            self._store_address(spec, array)
-            self._bound[id(spec)] = array
+        dtype, shape, token = dtypes.to_numpy(spec.dtype), spec.shape, id(spec)
+        words, slot, bound = self._words, spec.offset // 8, self._bound
+        ndarray, read_address = np.ndarray, address     # (closure variables: found faster)
 
-    def _store_address(self, spec, array):
-        self._words[spec.offset // 8] = array.__array_interface__["data"][0]
+        def bind(array):
+            if not (isinstance(array, ndarray) and
+                    (array.dtype is dtype or array.dtype == dtype) and
+                    array.shape == shape and array.flags.c_contiguous):
+                return False
+            if bound.get(token) is not array:
+                words[slot] = read_address(array)
+                bound[token] = array
+            return True
+
+        return bind
 
     def _view(self, index):
         spec = self.cell._tensors[index]
@@ -405,3 +412,15 @@ class Instance:
             bound = not spec.root().ref or id(spec.root()) in self._bound
             lines.append(f"{spec.name} = {self._view(index) if bound else '(not bound)'}")
         return "\n".join(lines)
+
+
+def _unbindable(spec, array):
+    """The InputError for binding ``array`` to reference input ``spec``, which it does not
+    fit."""
+    target = dtypes.to_numpy(spec.dtype)
+    if not isinstance(array, np.ndarray) or array.dtype != target:
+        return InputError(f"reference input {spec.name} binds {spec.dtype} arrays, not "
+                          f"{getattr(array, 'dtype', type(array).__name__)}")
+    layout = "C-contiguous" if array.flags.c_contiguous else "non-contiguous"
+    return InputError(f"reference input {spec.name} binds C-contiguous arrays of shape "
+                      f"{list(spec.shape)}, not a {layout} one of shape {list(array.shape)}")
