@@ -5,11 +5,12 @@ model for the shapes (and dtypes) of the inputs it is given, plus the values of 
 graph uses as shapes, keeps the result per signature, and logs every compile with its reason
 (first run, new batch size, ...). Each signature has one instance, guarded by a lock, so a model
 can be called from several threads. At most ``max_signatures`` compiled signatures are kept:
-compiling one more drops the least recently used (logged like compiles).
+compiling one more drops the least recently used (logged like compiles). A run whose inputs
+have the signature of the previous run goes straight to its compile (:mod:`.compiled`), with no
+cache key built; outputs come fresh or in the caller's arrays (:mod:`.outputs`).
 """
 
 import collections
-import dataclasses
 import functools
 import logging
 import threading
@@ -20,88 +21,11 @@ import numpy as np
 from myelin import limits
 from myelin.errors import InputError
 from myelin.flow import dtypes
-from myelin.importers.onnx import importer, proto, staged
+from myelin.importers.onnx import importer, outputs, proto, staged
+from myelin.importers.onnx.compiled import CompiledCell, CompiledProgram
 from myelin.ops.control import is_control
 
 log = logging.getLogger("myelin.onnx")
-
-
-@dataclasses.dataclass
-class _Compiled:
-    imported: importer.ImportedGraph
-    network: object
-    cell: object
-    instance: object
-    lock: threading.Lock
-    seconds: float
-
-    def __post_init__(self):
-        # What run() binds and copies out, worked out once.
-        cell = self.cell
-        self.feeds = [(s.name, cell.index(s.var), cell.spec(s.var).shape)
-                      for s in self.imported.inputs if 0 not in s.shape and s.var in cell]
-        self.results = [self._view(s) for s in self.imported.outputs]
-
-    def _view(self, signature):
-        """An output's view in the instance, or a function making it (an input passed
-        through, whose array is bound at each run)."""
-        if 0 in signature.shape:
-            return np.empty(signature.shape, dtypes.to_numpy(signature.dtype))
-        spec = self.cell.spec(signature.var)
-        if spec.root().ref:
-            return lambda: self.instance.tensor(signature.var).numpy().reshape(signature.shape)
-        return self.instance.tensor(signature.var).numpy().reshape(signature.shape)
-
-    def fetch(self):
-        """Fresh copies of the outputs."""
-        return [(view() if callable(view) else view).copy() for view in self.results]
-
-    def run(self, feeds):
-        with self.lock:
-            for name, index, shape in self.feeds:
-                # Inputs are references: the cell reads the caller's array (of the dtype and
-                # size compiled for) in place, or a contiguous copy of it.
-                self.instance.bind(index, np.ascontiguousarray(feeds[name]).reshape(shape))
-            self.instance.compute()
-            return self.fetch()
-
-
-@dataclasses.dataclass
-class _CompiledProgram:
-    """A model with control flow (If, Loop, Scan): the imported main function, given the
-    graph inputs as parameters and the graph outputs as results, compiled by
-    :func:`myelin.control.compile` and run on its VM (thread-safe: each thread has its own
-    cell instances)."""
-
-    imported: importer.ImportedGraph
-    program: object
-    seconds: float
-
-    @property
-    def network(self):
-        return self.program.network
-
-    @classmethod
-    def compile(cls, imported, compiler_options, start):
-        import myelin.control
-
-        flow = imported.flow
-        func = flow.funcs[imported.func]
-        func.params = [flow.var_named(s.var) for s in imported.inputs]
-        func.results = [flow.var_named(s.var) for s in imported.outputs if s.var is not None]
-        program = myelin.control.compile(flow, **compiler_options)
-        return cls(imported, program, time.perf_counter() - start)
-
-    def run(self, feeds):
-        results = self.program.run(self.imported.func,
-                                   *(feeds[s.name] for s in self.imported.inputs))
-        if not isinstance(results, tuple):
-            results = (results,)
-        results = iter(results)
-        # Copies: a result may be a constant of the program, or an array it keeps.
-        return [np.empty(s.shape, dtypes.to_numpy(s.dtype)) if s.var is None
-                else np.array(next(results), dtypes.to_numpy(s.dtype)).reshape(s.shape)
-                for s in self.imported.outputs]
 
 
 class OnnxModel:
@@ -137,6 +61,7 @@ class OnnxModel:
         self._compiled = collections.OrderedDict()   # least recently used first
         self._lock = threading.Lock()        # held while compiling
         self._order_lock = threading.Lock()  # held while the order of _compiled changes
+        self._last = None              # the most recently used compiled signature
         self.compiles = []             # (signature, reason, seconds) per compile
         # Shapes that depend on run-time values: stages, each an OnnxModel (staged.py).
         self.staged = staged.plan(self.proto, functools.partial(
@@ -168,33 +93,53 @@ class OnnxModel:
                              f"compiled, or dropped as least recently used)")
         return compiled.network
 
-    def run(self, inputs):
+    def run(self, inputs, out=None):
         """Compute the outputs for ``inputs`` (a dict by name, or a list in input order);
-        returns a list of arrays in output order (fresh copies)."""
-        feeds = self._feeds(inputs)
+        returns a list of arrays in output order: fresh arrays, or given ``out`` (a list in
+        output order or a dict by name of preallocated arrays, :mod:`.outputs`), the outputs
+        written into those arrays."""
+        given = self._given(inputs)
+        targets = None if out is None else outputs.targets(out, self.output_names)
         if self.staged is not None:
-            return self.staged.run(feeds)
-        return self._lookup(feeds).run(feeds)
+            results = self.staged.run(dict(zip(self.input_names, map(np.asarray, given))))
+            return results if targets is None else \
+                outputs.deliver(results, targets, self.output_names, copy=False)
+        compiled = self._last
+        results = None if compiled is None else compiled.run(given, targets)
+        if results is None:     # not the signature of the last run
+            # Read in place: the caller's array, or a contiguous copy of a strided one.
+            given = [np.asarray(value, order="C") for value in given]
+            results = self._lookup(given).run(given, targets)
+        return results
 
     __call__ = run
 
-    # Signatures.
-    def _feeds(self, inputs):
+    def _given(self, inputs):
+        """The inputs in input order, as given; InputError for other names or another
+        count. (Loops rather than list comprehensions: they cost less.)"""
+        names = self.input_names
         if isinstance(inputs, dict):
-            unknown = set(inputs) - set(self.input_names)
+            if len(inputs) == len(names):
+                given = []
+                try:
+                    for name in names:
+                        given.append(inputs[name])
+                    return given
+                except KeyError:
+                    pass
+            unknown = set(inputs) - set(names)
             if unknown:
                 raise InputError(f"the model has no inputs {sorted(unknown)}; its inputs are "
-                                 f"{self.input_names}")
-            missing = [name for name in self.input_names if name not in inputs]
-            if missing:
-                raise InputError(f"missing inputs {missing}")
-            return {name: np.asarray(inputs[name]) for name in self.input_names}
-        inputs = list(inputs)
-        if len(inputs) != len(self.input_names):
-            raise InputError(f"the model takes {len(self.input_names)} inputs "
-                             f"({self.input_names}), got {len(inputs)}")
-        return {name: np.asarray(value) for name, value in zip(self.input_names, inputs)}
+                                 f"{names}")
+            raise InputError(f"missing inputs {[name for name in names if name not in inputs]}")
+        if not isinstance(inputs, (list, tuple)):
+            inputs = list(inputs)
+        if len(inputs) != len(names):
+            raise InputError(f"the model takes {len(names)} inputs ({names}), got "
+                             f"{len(inputs)}")
+        return inputs
 
+    # Signatures.
     def _signature(self, feeds):
         parts = []
         for name in self.input_names:
@@ -205,12 +150,16 @@ class OnnxModel:
             parts.append(part)
         return tuple(parts)
 
-    def _lookup(self, feeds):
+    def _lookup(self, arrays):
+        """The compiled model for ``arrays`` (in input order), compiled if need be; the most
+        recently used from now on."""
+        feeds = dict(zip(self.input_names, arrays))
         signature = self._signature(feeds)
         with self._order_lock:
             compiled = self._compiled.get(signature)
             if compiled is not None:
                 self._compiled.move_to_end(signature)
+                self._last = compiled
                 return compiled
         with self._lock:
             compiled = self._compiled.get(signature)
@@ -243,20 +192,24 @@ class OnnxModel:
         self._value_inputs |= set(imported.specialized)
         # Inputs found to be read as values are now part of the signature.
         signature = self._signature(feeds) if feeds else _shape_signature(imported)
+        fields = {"signature": signature, "input_names": self.input_names,
+                  "output_names": self.output_names}
         if any(is_control(op) for op in imported.flow.ops.values()):
-            compiled = _CompiledProgram.compile(imported, self.compiler_options, start)
+            compiled = CompiledProgram.compile(imported, self.compiler_options, start, **fields)
         else:
             for given in imported.inputs:
                 imported.flow.vars[given.var].ref = 0 not in given.shape   # read in place
             network = Compiler(**self.compiler_options).compile(imported.flow)
             cell = network.cell(imported.func)
-            compiled = _Compiled(imported, network, cell, cell.instance(), threading.Lock(),
-                                 time.perf_counter() - start)
+            compiled = CompiledCell(imported=imported, network=network, cell=cell,
+                                    instance=cell.instance(),
+                                    seconds=time.perf_counter() - start, **fields)
         seconds = compiled.seconds
         self.compiles.append((signature, reason, seconds))
         log.info("compiled %s in %.3f s (%s)", _describe(imported), seconds, reason)
         with self._order_lock:
             self._compiled[signature] = compiled
+            self._last = compiled
             while len(self._compiled) > self.max_signatures:
                 _, dropped = self._compiled.popitem(last=False)
                 log.info("dropped the compiled %s (least recently used; max_signatures=%d)",
