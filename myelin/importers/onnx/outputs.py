@@ -35,7 +35,8 @@ def deliver(results, targets, names, copy):
     later run writes over), else the result itself. InputError for a target that is not a
     writeable array of its result's dtype and shape (the outputs before it are written)."""
     delivered = []
-    for target, result in zip(targets, results):
+    for result in results:      # (costs less than a loop over zip(targets, results))
+        target = targets[len(delivered)]
         if target is None:
             delivered.append(result.copy() if copy else result)
         elif isinstance(target, np.ndarray) and target.shape == result.shape and \
