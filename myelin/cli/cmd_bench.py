@@ -77,8 +77,8 @@ def _bench_onnx(args, onnxruntime, out):
     model.run(feeds)
     print(f"compiled in {model.compiles[-1][2]:.3f} s", file=out)
     inputs = [(name, dtype, feeds[name].shape) for name, dtype, _ in inputs]
-    print(f"inputs {inputs_text(inputs)} (random); timed: model.run(inputs), which copies the "
-          f"inputs in, computes and copies the outputs out", file=out)
+    print(f"inputs {inputs_text(inputs)} (random); timed: model.run(inputs), which binds the "
+          f"inputs in place, computes and copies the outputs out", file=out)
     columns = {"myelin": _time(lambda: model.run(feeds), args)}
     if onnxruntime:
         options = onnxruntime.SessionOptions()
@@ -110,7 +110,7 @@ def add(commands):
                             bench_command, details=(
                                 " (samples/s takes the first dimension of the first input as "
                                 "the batch). ONNX models are timed through model.run(inputs), "
-                                "with its copies in and out; the cells of a .flow file through "
+                                "which copies its outputs out; the cells of a .flow file through "
                                 "data.compute()"))
     timing_options(command)
     command.add_argument("--warmup", type=count_arg, default=10,
