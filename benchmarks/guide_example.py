@@ -29,14 +29,10 @@ def build():
     return flow, x, y, weights, bias
 
 
-def onnx_session(weights, bias, threads=None):
-    """The same model as an ONNX graph, in an ONNX Runtime session on ``threads`` threads
-    (default: its pool; None if not installed)."""
-    try:
-        import onnxruntime  # noqa: F401 (ort_session needs it)
-        from onnx import TensorProto, helper, numpy_helper
-    except ImportError:
-        return None
+def onnx_model(weights, bias):
+    """The same model as ONNX bytes (opset 17): input x[1,64], output y[1,256]."""
+    from onnx import TensorProto, helper, numpy_helper
+
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["xw"]),
          helper.make_node("Add", ["xw", "b"], ["z"]),
@@ -47,7 +43,18 @@ def onnx_session(weights, bias, threads=None):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
         [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return ort_session(model.SerializeToString(), threads)
+    return model.SerializeToString()
+
+
+def onnx_session(weights, bias, threads=None):
+    """:func:`onnx_model` in an ONNX Runtime session on ``threads`` threads (default: its
+    pool; None if ONNX or ONNX Runtime is not installed)."""
+    try:
+        import onnx  # noqa: F401 (onnx_model needs it)
+        import onnxruntime  # noqa: F401 (ort_session needs it)
+    except ImportError:
+        return None
+    return ort_session(onnx_model(weights, bias), threads)
 
 
 def main():

@@ -12,6 +12,7 @@ import fusion  # noqa: E402
 import generation  # noqa: E402
 import gpu  # noqa: E402
 import guide_example  # noqa: E402
+import run_overhead  # noqa: E402
 import threads  # noqa: E402
 import threads_under_load  # noqa: E402
 import training  # noqa: E402
@@ -21,6 +22,7 @@ import workloads  # noqa: E402
 
 def main():
     guide_example.main()
+    run_overhead.main()
     threads.main()
     threads_under_load.main(threads_under_load.MODELS)
     fusion.main()
