@@ -2,11 +2,13 @@
 
 ``Compiler().compile(flow)`` infers inputs and outputs, optimizes a copy of the flow with the
 pass pipeline (:mod:`myelin.optimize`), orders every function's ops, picks a kernel for each
-op, plans each cell's instance memory, places the globals, emits one LLVM function per cell and
-compiles them all in one module for the host CPU, unless the compile cache
-(:mod:`myelin.codegen.llvm.codecache`) has that module's code already: then it is loaded and
-bound to this network's globals. ``Compiler().emit(flow, triple)`` compiles for another LLVM
-target, to assembly or an object file.
+op, plans each cell's instance memory, places the globals, emits one LLVM function per cell,
+calling a function per distinct kernel (:mod:`myelin.codegen.llvm.kernelfunc`), and compiles
+the cells' module and the kernels' modules for the host CPU, on several threads, unless the
+compile cache (:mod:`myelin.codegen.llvm.codecache`) has their code already: a network
+compiled before is loaded and bound to this network's globals, and a kernel compiled before
+(for any network) is taken from the cache. ``Compiler().emit(flow, triple)`` compiles for
+another LLVM target, to assembly or an object file.
 """
 
 import dataclasses
@@ -20,7 +22,8 @@ import llvmlite.ir as ir
 
 from myelin import limits, optimize
 from myelin.optimize import loops
-from myelin.codegen.llvm import codecache, elementwise, engine, kernels, tuning
+from myelin.codegen.llvm import (codecache, elementwise, elf, engine, irutil, kernelfunc,
+                                 kernels, tuning)
 from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
@@ -40,6 +43,8 @@ log = logging.getLogger("myelin.cache")
 
 _module_ids = itertools.count()
 _CACHE_OFF = ("0", "off", "no", "false")
+KERNEL_OPT_LEVEL = 3     # LLVM's optimization level for kernel functions
+CELL_OPT_LEVEL = 1       # and for the cell functions, which only call them
 
 
 class Compiler:
@@ -54,6 +59,7 @@ class Compiler:
     ``dump`` keeps the optimized LLVM IR and assembly (``net.dumps``).
     ``threads`` is how many threads a large kernel may split its work over (default: the
     cores this process may use, or $MYELIN_THREADS); 1 keeps every cell on its caller's thread.
+    As many threads compile the kernels.
     ``profile`` compiles a profiler into every cell: cycle counts per step, summed over all
     calls of all instances, read with ``cell.profile()`` (see :mod:`myelin.runtime.profile`);
     off by default, when the cells have no profiling code at all.
@@ -67,7 +73,7 @@ class Compiler:
     (the default) uses $MYELIN_CACHE_DIR/code, else $XDG_CACHE_HOME/myelin/code, else
     ~/.cache/myelin/code, unless $MYELIN_CACHE is "off"; a directory or a CodeCache uses that;
     False keeps nothing. ``timings`` has a "cache" phase instead of "emit" and "llvm" when the
-    code came from the cache.
+    code came from the cache ("llvm" includes reading the kernels found there).
     ``loops`` maps function names to (condition, [(output, input), ...]), variable names:
     the cell of such a function loops, running its steps again while the condition (a
     one-element output) is true, each output first copied over its input (a loop whose body
@@ -164,10 +170,11 @@ class Compiler:
         flow, planned, globals_ = self.prepare(flow, target)
         start = time.perf_counter()
         self._place_globals(globals_)
-        module, _ = self._emit_module(planned, *self._symbols(planned), target)
+        module, _, kernels = self._emit_module(planned, *self._symbols(planned), target)
         self.timings["emit"] = time.perf_counter() - start
         start = time.perf_counter()
-        code = engine.emit_assembly(module, target, object_file=object_file)
+        code = engine.emit_assembly([str(module)] + list(kernels.values()), target,
+                                    object_file=object_file)
         self.timings["llvm"] = time.perf_counter() - start
         self.progress("done", 0, 0)
         return code
@@ -217,19 +224,21 @@ class Compiler:
         return symbols, counters
 
     def _emit_module(self, planned, symbols, counters, target):
-        """An LLVM module with the function of every planned cell, and its externals."""
+        """An LLVM module with the function of every planned cell, its externals and the
+        module text of each kernel function it calls, by symbol."""
         module = ir.Module(name=f"myelin{next(_module_ids)}")
-        externals = Externals()
+        irutil.set_target(module, target)
+        externals, kernels = Externals(), {}
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
         for cell in planned:
             symbol = symbols[cell.name]
-            emit_cell(module, symbol, cell.steps, target, self.alignment, self.threads,
-                      externals, counters[symbol],
+            emit_cell(module, symbol, cell.steps, target, self.alignment, kernels,
+                      self.threads, externals, counters[symbol],
                       lambda: self.progress("emit", next(done), total), cell.repeat)
         self.progress("llvm", 0, 0)
-        return module, externals
+        return module, externals, kernels
 
     # Code generation and the compile cache.
     def _generate(self, planned, symbols, counters, fields, globals_):
@@ -237,18 +246,45 @@ class Compiler:
         ``globals_`` maps each global's name to its placed TensorSpec); returns (code, arrays
         made at compile time)."""
         start = time.perf_counter()
-        module, externals = self._emit_module(planned, symbols, counters, self.target)
+        module, externals, kernels = self._emit_module(planned, symbols, counters, self.target)
         self.timings["emit"] += time.perf_counter() - start
 
         start = time.perf_counter()
-        object_bytes, dumps = engine.compile_object(module, self.target, dump=self.dump)
-        if fields:
-            self.cache.store(fields, object_bytes, externals.arrays,
-                             externals.table(globals_, counters, self.threads),
-                             {"cells": list(symbols), "steps": _steps_with_code(planned)})
-        code = engine.load_object(object_bytes, self.target, externals.addresses, dumps)
+        objects = {}
+        cached = self.cache and self.cache.kernels
+        if cached and not self.dump:       # (a dump shows the code of every kernel)
+            for symbol in kernels:
+                entry = cached.load(self._kernel_fields(symbol))
+                # (its code may use only the symbols this network's kernels were made with)
+                if entry is not None and {row[0] for row in entry.symbols} \
+                        <= externals.addresses.keys():
+                    objects[symbol] = entry.object
+        missing = [symbol for symbol in kernels if symbol not in objects]
+        compiled, dumps = engine.compile_objects(
+            [str(module)] + [kernels[symbol] for symbol in missing], self.target,
+            [CELL_OPT_LEVEL] + [KERNEL_OPT_LEVEL] * len(missing), self.dump, self.threads)
+        objects.update(zip(missing, compiled[1:]))
+        if self.cache:
+            table = externals.table(globals_, counters, self.threads)
+            for symbol in missing if cached else ():
+                cached.store(self._kernel_fields(symbol), objects[symbol], [],
+                             _used(table, objects[symbol]), {"kernel": symbol})
+            if fields:
+                self.cache.store(fields, compiled[0], externals.arrays, table,
+                                 {"cells": list(symbols), "steps": _steps_with_code(planned)})
+        code = engine.load_objects([compiled[0]] + [objects[symbol] for symbol in kernels],
+                                   self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
         return code, externals.arrays
+
+    def _kernel_fields(self, symbol):
+        """The fields of the compile cache's key for the kernel function ``symbol``: its
+        symbol names its code (LLVM IR), which LLVM compiles for the target alike whatever
+        network it came from, and whatever myelin made it (but the engine that compiles
+        it)."""
+        return {"format": codecache.FORMAT, "kernel": symbol, "opt_level": KERNEL_OPT_LEVEL,
+                "engine": codecache.engine_fingerprint(), "triple": self.target.triple,
+                "cpu": self.target.cpu, "features": self.target.features}
 
     def _cache_fields(self, flow, planned):
         """The fields of the compile cache's key for ``flow`` planned as ``planned``; None when
@@ -274,9 +310,23 @@ class Compiler:
         entry = self.cache.load(fields)
         if entry is None:
             return None
+        kernels = []
+        for symbol in sorted(elf.undefined_symbols(entry.object)):
+            if symbol.startswith(kernelfunc.PREFIX):
+                kernel = self.cache.kernels and self.cache.kernels.load(
+                    self._kernel_fields(symbol))
+                if not kernel:
+                    log.info("compile cache entry %s calls kernel %s, whose entry is gone; "
+                             "compiling afresh", entry.path, symbol)
+                    return None
+                kernels.append(kernel)
         try:
             addresses = rebind(entry.symbols, globals_, entry.arrays, counters, self.threads)
-            code = engine.load_object(entry.object, self.target, addresses)
+            for kernel in kernels:      # (their symbols are the network's: no arrays of theirs)
+                addresses.update(rebind(kernel.symbols, globals_, entry.arrays, counters,
+                                        self.threads))
+            code = engine.load_objects([entry.object] + [k.object for k in kernels],
+                                       self.target, addresses)
             for symbol in counters:           # the function of every cell
                 code.address(symbol)
         except (KeyError, CompileError) as error:
@@ -422,6 +472,12 @@ class PlannedCell:
     tensors: list
     sizes: tuple
     repeat: Repeat = None
+
+
+def _used(table, object_bytes):
+    """The rows of the symbol ``table`` whose symbols the object file uses."""
+    used = elf.undefined_symbols(object_bytes)
+    return [row for row in table if row[0] in used]
 
 
 def _steps_with_code(planned):

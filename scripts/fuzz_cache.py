@@ -417,6 +417,7 @@ def _serve(connection, directory, corpus_directory, corpus, fingerprint):
 
     cachefiles._fingerprint = fingerprint
     shutil.copy2(os.path.join(corpus_directory, ".key"), directory)
+    shutil.copytree(os.path.join(corpus_directory, "kernels"), os.path.join(directory, "kernels"))
     for entry, _ in corpus.values():       # the sound entries, for links and copies
         shutil.copy2(os.path.join(corpus_directory, entry),
                      os.path.join(directory, entry + ".valid"))

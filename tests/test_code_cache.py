@@ -19,6 +19,7 @@ import myelin
 from jitcheck import relative_error
 from myelin import cachefiles
 from myelin.cli import main as cli_main
+from myelin.codegen.llvm import codecache
 from myelin.codegen.llvm.codecache import CodeCache, size_limit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -182,8 +183,10 @@ def test_entries_prune_and_clear(tmp_path, w1):
     cache = CodeCache(tmp_path, limit=sizes[-1] + 1)
     cache.prune()
     assert [info.key for info in cache.entries()] == [listed[-1].key]
-    assert cache.clear() == (1, sizes[-1])
-    assert cache.entries() == []
+    kernels = cache.kernels.entries()        # the kernels' entries, shared by the three
+    assert kernels and all(info.description["kernel"] for info in kernels)
+    assert cache.clear() == (1 + len(kernels), sizes[-1] + sum(info.size for info in kernels))
+    assert cache.entries() == [] and cache.kernels.entries() == []
 
 
 def test_size_limit_and_directories(monkeypatch, tmp_path):
@@ -259,8 +262,10 @@ def test_an_edited_symbol_is_a_miss_not_a_crash(corpus, worker):
     # by nothing, which LLVM's loader would end the process for.
     outcome, detail = worker("mlp", resigned(data, secret, rename), "signed")
     assert outcome == "miss" and "bad symbol name" in detail
-    outcome, detail = worker("mlp", resigned(data, secret,
-                                             lambda header: header["symbols"].pop(0)), "signed")
+    def drop_global(header):     # (the cells' code addresses the globals; kernels do not)
+        header["symbols"] = [item for item in header["symbols"] if item[1][0] != "global"]
+
+    outcome, detail = worker("mlp", resigned(data, secret, drop_global), "signed")
     assert outcome == "miss" and "which nothing binds" in detail
 
     def resize(header):          # a target of another size than the network's
@@ -407,7 +412,7 @@ def test_stale_temporary_files_are_pruned(tmp_path, w1, monkeypatch):
     os.utime(tmp_path / "other.tmp", (old, old))
     CodeCache(tmp_path).prune()
     assert sorted(os.listdir(tmp_path)) == sorted([cachefiles.SECRET, entry, fresh.name,
-                                                   "other.tmp"])
+                                                   "other.tmp", codecache.KERNELS])
     # The first write of a process into a directory removes them too (every cache's).
     os.utime(fresh, (old, old))
     monkeypatch.setattr(cachefiles, "_swept", set())     # (as in a new process)

@@ -2,12 +2,13 @@
 
 ``list`` checks each entry as a compile would and shows, on one line, why one would not be
 used (damaged, not signed with this cache's key, another format): it is rebuilt on its next
-use. A directory that is not trusted is said so (a warning) and its entries listed as not
+use; the kernels' entries are counted. ``clear`` removes them too. A directory that is not trusted is said so (a warning) and its entries listed as not
 used."""
 
+import os
 import time
 
-from myelin.codegen.llvm.codecache import CodeCache
+from myelin.codegen.llvm.codecache import KERNELS, CodeCache
 from myelin.codegen.llvm.target import Target
 
 
@@ -30,6 +31,12 @@ def list_command(args, out):
     total = sum(info.size for info in entries)
     print(f"compile cache {cache.directory}: {len(entries)} entries, {_size(total)} "
           f"(limit {_size(cache.limit)})", file=out)
+    kernels = cache.kernels.entries() if os.path.isdir(os.path.join(cache.directory, KERNELS)) \
+        and cache.kernels else []
+    if kernels:
+        print(f"  and the code of {len(kernels)} kernels, "
+              f"{_size(sum(info.size for info in kernels))}, in {cache.kernels.directory}",
+              file=out)
     if not entries:
         return
     print(f"  {'key':<12}  {'size':>9}  {'last used':<16}  {'machine':<16}  {'steps':>5}  "

@@ -1,10 +1,13 @@
-"""Emit the native function of a cell: every step's kernel inline in one LLVM function.
+"""Emit the native function of a cell: a call of each step's kernel function.
 
-The function is ``i32 <symbol>(ptr instance)``; tensors in the instance are addressed at
-constant offsets from ``instance``, globals through external symbols bound to their addresses
-when the code is loaded (:mod:`myelin.codegen.llvm.externals`). It returns 0, or
-1 + the position of the step that found bad input at run time (an index out of range, see
-:meth:`EmitContext.fail_if`); the runtime turns that into an InputError naming the step.
+The function is ``i32 <symbol>(ptr instance)``. Each step's kernel is a function of its own,
+in a module of its own (:mod:`myelin.codegen.llvm.kernelfunc`), which the cell function calls
+with the addresses of the step's tensors: in the instance, at constant offsets from
+``instance``, or globals, through external symbols bound to their addresses when the code is
+loaded (:mod:`myelin.codegen.llvm.externals`). Steps with the same kernel call the same
+function. The cell function returns 0, or 1 + the position of the step that found bad input at
+run time (an index out of range, see :meth:`EmitContext.fail_if`); the runtime turns that into
+an InputError naming the step.
 A cell with a :class:`~myelin.plan.cell.Repeat` loops: after its last step it copies outputs
 over inputs and branches back to its first step while the condition holds.
 
@@ -19,9 +22,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm.kernelfunc import emit_kernel, kernel_type
 from myelin.codegen.llvm.kernels import EmitContext
 from myelin.codegen.llvm.kernels.movement import copy
-from myelin.errors import CompileError, MyelinError
+from myelin.errors import CompileError
 
 # Profile counters: row 0 is the whole function, row 1 + i is step i; columns below.
 CYCLES = 0
@@ -55,12 +59,13 @@ def read_counter(builder, target):
     return builder.call(function, [])
 
 
-def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, externals=None,
-              counters=None, on_step=None, repeat=None):
-    """Add the function ``symbol`` computing ``steps`` to ``module``; kernels may split work
-    over ``threads`` and add the addresses they use (globals, packed weights) to
-    ``externals``. ``counters`` (from :func:`profile_counters`) compiles the profiler in;
-    ``on_step()`` is called after each step with code is emitted; ``repeat`` (a
+def emit_cell(module, symbol, steps, target, instance_alignment, kernels, threads=1,
+              externals=None, counters=None, on_step=None, repeat=None):
+    """Add the function ``symbol`` computing ``steps`` to ``module``, and the module text of
+    each kernel function it calls to ``kernels`` (by symbol); kernels may split work over
+    ``threads`` and add the addresses they use (globals, packed weights) to ``externals``.
+    ``counters`` (from :func:`profile_counters`) compiles the profiler in; ``on_step()`` is
+    called after each step with code is emitted; ``repeat`` (a
     :class:`~myelin.plan.cell.Repeat`) makes the steps a loop."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
@@ -82,14 +87,10 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, exte
         if step.noop:
             continue
         _start_block(builder, _block_name(step.name))  # named after it, for readable dumps
+        kernel = emit_kernel(step, target, instance_alignment, threads, ctx.externals)
+        kernels.setdefault(kernel.symbol, kernel.text)
         start = profiler.read() if profiler else None
-        try:
-            step.kernel.emit(ctx, step)
-        except MyelinError:
-            raise
-        except Exception as error:
-            raise CompileError(f"kernel {step.kernel.kernel_name(step)} failed on step "
-                               f"{step.name} ({step.type}): {error}") from error
+        _call(ctx, kernel)
         if profiler:
             profiler.count(1 + position, start)
         if on_step:
@@ -100,6 +101,23 @@ def emit_cell(module, symbol, steps, target, instance_alignment, threads=1, exte
     if profiler:
         profiler.count_returns(function)
     return function
+
+
+def _call(ctx, kernel):
+    """Call ``kernel`` (a :class:`~myelin.codegen.llvm.kernelfunc.KernelFunction`) for the
+    current step, returning its status if it fails."""
+    b = ctx.builder
+    function = b.module.globals.get(kernel.symbol)
+    if function is None:
+        function = ir.Function(b.module, kernel_type(len(kernel.roots)), kernel.symbol)
+    table = ir.Constant(irutil.PTR, None)
+    if kernel.kept:
+        table = irutil.stack_array(b, irutil.PTR, len(kernel.kept), 8)
+        for i, array in enumerate(kernel.kept):
+            b.store(ctx.keep(array), irutil.element_ptr(b, table, "int64", irutil.i64(i)))
+    status = b.call(function, [ctx.pointer(root) for root in kernel.roots] + [table])
+    if kernel.fails:
+        ctx.fail_if(b.icmp_unsigned("!=", status, ir.Constant(irutil.I32, 0)))
 
 
 def _start_block(builder, name):

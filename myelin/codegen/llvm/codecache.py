@@ -8,6 +8,14 @@ flow's content, each step's kernel, variant and options, the compile options, my
 version and source fingerprint, the target triple, CPU name and features, and the llvmlite
 and LLVM versions.
 
+Each kernel function (:mod:`myelin.codegen.llvm.kernelfunc`) has an entry of its own, in the
+cache's ``kernels`` directory (:attr:`CodeCache.kernels`, guarded and pruned alike), found by
+its symbol (which names its LLVM IR), the target and the engine that compiled it
+(:func:`engine_fingerprint`), but not the network nor myelin's other code: a network made of
+kernels compiled before, for any network, links their code and compiles only the rest. A
+network's entry holds the code of its cells, which call the kernel functions; it is used
+only when the entry of every kernel it calls is there too.
+
 An entry is one file, ``<key>.code``, in the signed frame of every cache
 (:func:`myelin.cachefiles.write_signed`: a magic number, the format version, the length of a
 JSON header and an HMAC-SHA256 of the whole file, then the header, then the payload, 64-byte
@@ -59,13 +67,14 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from myelin import __version__, cachefiles, limits
-from myelin.codegen.llvm import elf, externals
+from myelin.codegen.llvm import elf, engine, externals, kernelfunc, target
 
 log = logging.getLogger("myelin.cache")
 
 FORMAT = 3
 MAGIC = b"MYELINC\0"
 SUFFIX = ".code"
+KERNELS = "kernels"                   # the directory of the kernel functions' entries
 DEFAULT_SIZE_LIMIT = 2 << 30          # bytes; $MYELIN_CACHE_SIZE overrides (e.g. "500M")
 
 _HEADER = {"fields", "object", "arrays", "symbols", "description", "created"}
@@ -76,6 +85,7 @@ _DTYPES = {np.dtype(name).str for name in ("bool", "int8", "uint8", "int16", "ui
 _MAX_DIMS = 32
 _KINDS = {"global": str, "counters": str, "array": int, "pool": int}   # kind: its "what"
 _PROCESS = ctypes.CDLL(None)
+_engine_fingerprint = None
 
 
 def _in_process(name):
@@ -122,6 +132,20 @@ def size_limit(text=None):
         return DEFAULT_SIZE_LIMIT
 
 
+def engine_fingerprint():
+    """A SHA-256 of what decides the machine code of given LLVM IR: the llvmlite and LLVM
+    versions and myelin's engine and target code (how it optimizes and compiles), for keys of
+    entries whose IR is known (kernel functions, :mod:`myelin.codegen.llvm.kernelfunc`)."""
+    global _engine_fingerprint
+    if _engine_fingerprint is None:
+        digest = hashlib.sha256(f"{llvmlite.__version__} {llvm.llvm_version_info}".encode())
+        for module in (engine, target):
+            with open(module.__file__, "rb") as file:
+                digest.update(file.read())
+        _engine_fingerprint = digest.hexdigest()
+    return _engine_fingerprint
+
+
 def environment():
     """The fields of a key that depend on this installation rather than on the network."""
     return {"format": FORMAT, "myelin": __version__, "source": cachefiles.source_fingerprint(),
@@ -137,6 +161,16 @@ class CodeCache:
         self.directory = os.fspath(directory or cachefiles.cache_dir("code"))
         self.limit = size_limit() if limit is None else int(limit)
         self._written = None       # bytes written since the last prune (None: never pruned)
+        self._kernels = None
+
+    @property
+    def kernels(self):
+        """The cache of kernel functions' code (the directory ``kernels`` of this one, with
+        the same size limit), or None while this one's directory is not trusted: nothing is
+        made in a directory that is not."""
+        if self._kernels is None and cachefiles.trusted(self.directory, create=True):
+            self._kernels = CodeCache(os.path.join(self.directory, KERNELS), self.limit)
+        return self._kernels
 
     @staticmethod
     def key(fields):
@@ -217,8 +251,10 @@ class CodeCache:
         return sorted(found, key=lambda info: -info.used)
 
     def clear(self):
-        """Remove every entry; returns (entries, bytes) removed."""
+        """Remove every entry, the kernels' included; returns (entries, bytes) removed."""
         count = total = 0
+        if os.path.isdir(os.path.join(self.directory, KERNELS)) and self.kernels is not None:
+            count, total = self.kernels.clear()
         for path, size, _ in self._files():
             try:
                 os.remove(path)
@@ -272,6 +308,8 @@ class CodeCache:
                        for symbol, key, nbytes in header["symbols"]])
         bound = {symbol for symbol, _, _ in entry.symbols}
         for name in elf.undefined_symbols(entry.object) - bound:
+            if name.startswith(kernelfunc.PREFIX):
+                continue          # a kernel function: the compiler loads its own entry
             if name.startswith(externals.PREFIX) or not _in_process(name):
                 raise ValueError(f"its code uses the symbol {name}, which nothing binds")
         return header, entry
@@ -315,7 +353,9 @@ def _check(header, size):
     fields, description = header["fields"], header["description"]
     _expect(isinstance(fields, dict) and all(isinstance(fields.get(name), str)
                                              for name in _MACHINE), "key")
-    _expect(isinstance(description, dict) and description.keys() <= {"cells", "steps"}
+    _expect(isinstance(description, dict)
+            and description.keys() <= {"cells", "steps", "kernel"}
+            and isinstance(description.get("kernel", ""), str)
             and _count(description.get("steps", 0))
             and isinstance(description.get("cells", []), list)
             and all(isinstance(cell, str) for cell in description.get("cells", [])),

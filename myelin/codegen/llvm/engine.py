@@ -4,26 +4,36 @@ code into this process, binding the external symbols it refers to.
 Every module is parsed back from text and verified before compilation (llvmlite's IR builder
 checks little). Dumps of the IR before and after optimization and of the assembly are kept on
 request (``dump=True`` or $MYELIN_DUMP_LLVM / $MYELIN_DUMP_ASM set).
+
+:func:`compile_objects` compiles several modules at once, on threads: each module has an
+LLVM context and a target machine of its own, which LLVM lets threads use at the same time.
+llvmlite serializes every call into LLVM with one process-wide lock, so the two long calls,
+the optimization pipeline and machine code generation, are made without it
+(:func:`_unlocked`); ctypes releases the GIL while they run.
 """
 
+import concurrent.futures
+import ctypes
 import os
 import sys
 import threading
 
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 from llvmlite.binding.newpassmanagers import NewPassManager
 
+from myelin.codegen.llvm import irutil
 from myelin.errors import CompileError
 
 
-def parse(module_text, name="module"):
+def parse(module_text, name="module", context=None):
     """Parse and verify LLVM IR text; raises CompileError with LLVM's message.
 
-    Each module gets an LLVM context of its own, freed with it: in the process's global
-    context, the types and constants of every module compiled would stay for good (about
-    2 KiB per compile at new shapes)."""
+    Each module gets an LLVM context of its own (unless ``context`` is given), freed with it:
+    in the process's global context, the types and constants of every module compiled would
+    stay for good (about 2 KiB per compile at new shapes)."""
     try:
-        parsed = llvm.parse_assembly(module_text, llvm.create_context())
+        parsed = llvm.parse_assembly(module_text, context or llvm.create_context())
         parsed.verify()
     except RuntimeError as error:
         raise CompileError(f"invalid LLVM IR in {name}: {error}") from None
@@ -51,7 +61,7 @@ def optimize(parsed, machine, level=3):
     builder = llvm.create_pass_builder(machine, tuning)
     passes = builder.getModulePassManager()
     try:
-        passes.run(parsed, builder)
+        _unlocked("LLVMPY_RunNewModulePassManager")(passes, parsed, builder)
     finally:
         NewPassManager._dispose(passes)
         passes.detach()
@@ -77,29 +87,71 @@ class CompiledModule:
         return address
 
 
+def _unlocked(name):
+    """llvmlite's C function ``name``, called without llvmlite's lock (see the module; the
+    locked one if this llvmlite wraps its functions otherwise)."""
+    function = getattr(ffi.lib, name)
+    return getattr(function, "_cfn", function)
+
+
+def _emit(machine, parsed, object_file):
+    """Object code (bytes) or assembly (str) of the parsed module, made without llvmlite's
+    lock (as ``TargetMachine.emit_object`` and ``emit_assembly`` do with it)."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, parsed,
+                                                               int(object_file), error)
+        if not buffer:
+            raise CompileError(f"LLVM could not emit code: {error}")
+    try:
+        data = ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+    return data if object_file else data.decode()
+
+
 def compile_object(module, target, opt_level=3, dump=False):
     """Compile an llvmlite ``ir.Module`` for the host ``target`` into an object file; returns
-    (object bytes, dumps).
+    (object bytes, dumps) (see :func:`compile_objects`)."""
+    irutil.set_target(module, target)
+    objects, dumps = compile_objects([str(module)], target, [opt_level], dump)
+    return objects[0], dumps
 
-    ``dumps`` holds "llvm" (optimized IR text) and "asm" when ``dump`` is set or the
-    environment asks for them (then they are also printed to stderr).
+
+def compile_objects(texts, target, opt_levels, dump=False, workers=1):
+    """Compile the modules of LLVM IR ``texts`` (made for the host ``target``, see
+    :func:`myelin.codegen.llvm.irutil.set_target`), each at its level of ``opt_levels``, into
+    an object file each, on up to ``workers`` threads; returns (the object files' bytes, in
+    order, and dumps).
+
+    ``dumps`` holds "llvm" (optimized IR text) and "asm" of every module when ``dump`` is set
+    or the environment asks for them (then they are also printed to stderr).
     """
-    machine = target.machine(opt=3)
-    module.triple = target.triple
-    module.data_layout = str(machine.target_data)
-    parsed = parse(str(module), module.name)
-    optimize(parsed, machine, opt_level)
-    dumps = {}
-    want_llvm = dump or os.environ.get("MYELIN_DUMP_LLVM")
-    want_asm = dump or os.environ.get("MYELIN_DUMP_ASM")
-    if want_llvm:
-        dumps["llvm"] = str(parsed)
-    if want_asm:
-        dumps["asm"] = machine.emit_assembly(parsed)
-    for kind in ("llvm", "asm"):
-        if kind in dumps and os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
+    want = {"llvm": dump or os.environ.get("MYELIN_DUMP_LLVM"),
+            "asm": dump or os.environ.get("MYELIN_DUMP_ASM")}
+
+    def one(index):
+        machine = target.machine(opt=3)
+        parsed = parse(texts[index], f"module {index}")
+        optimize(parsed, machine, opt_levels[index])
+        dumped = {"llvm": str(parsed) if want["llvm"] else None,
+                  "asm": _emit(machine, parsed, False) if want["asm"] else None}
+        return _emit(machine, parsed, True), dumped
+
+    # The largest first, so that no thread is left with a large one at the end.
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    if workers > 1 and len(texts) > 1:
+        with concurrent.futures.ThreadPoolExecutor(min(workers, len(texts))) as pool:
+            done = dict(zip(order, pool.map(one, order)))
+    else:
+        done = {index: one(index) for index in order}
+    objects = [done[index][0] for index in range(len(texts))]
+    dumps = {kind: "\n".join(done[index][1][kind] for index in range(len(texts)))
+             for kind, wanted in want.items() if wanted}
+    for kind in dumps:
+        if os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
             print(dumps[kind], file=sys.stderr)
-    return machine.emit_object(parsed), dumps
+    return objects, dumps
 
 
 # Symbols bound with llvm.add_symbol are process-wide: binding and loading happen together.
@@ -109,12 +161,20 @@ _load_lock = threading.Lock()
 def load_object(object_bytes, target, symbols=None, dumps=None):
     """Load an object file made by :func:`compile_object` for ``target`` into this process,
     binding its external ``symbols`` (name -> address); returns a CompiledModule."""
+    return load_objects([object_bytes], target, symbols, dumps)
+
+
+def load_objects(objects, target, symbols=None, dumps=None):
+    """Load object files made by :func:`compile_objects` for ``target`` into this process,
+    linked together (a function one defines is called by the others), binding their external
+    ``symbols`` (name -> address); returns a CompiledModule."""
     machine = target.machine(opt=3)
     with _load_lock:
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         for name, address in (symbols or {}).items():
             llvm.add_symbol(name, address)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(object_bytes))
+        for object_bytes in objects:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_bytes))
         engine.finalize_object()
     return CompiledModule(engine, dumps or {})
 
@@ -125,11 +185,14 @@ def compile_module(module, target, opt_level=3, dump=False, symbols=None):
     return load_object(object_bytes, target, symbols, dumps)
 
 
-def emit_assembly(module, target, opt_level=3, object_file=False):
-    """Assembly text (or object file bytes) for ``module`` on any LLVM target."""
+def emit_assembly(texts, target, opt_level=3, object_file=False):
+    """Assembly text (or object file bytes) for the modules of LLVM IR ``texts`` (made for
+    ``target``, see :func:`myelin.codegen.llvm.irutil.set_target`), linked into one, on any
+    LLVM target."""
     machine = target.machine(opt=3, reloc="pic", codemodel="default")
-    module.triple = target.triple
-    module.data_layout = str(machine.target_data)
-    parsed = parse(str(module), module.name)
-    optimize(parsed, machine, opt_level)
-    return machine.emit_object(parsed) if object_file else machine.emit_assembly(parsed)
+    context = llvm.create_context()
+    linked = parse(texts[0], "module 0", context)
+    for index, text in enumerate(texts[1:], 1):
+        linked.link_in(parse(text, f"module {index}", context))
+    optimize(linked, machine, opt_level)
+    return _emit(machine, linked, object_file)

@@ -228,7 +228,10 @@ class _Callee:
 
 
 def set_target(module, target):
-    """Record on ``module`` whether ``target`` converts half <-> float in hardware."""
+    """Make ``module`` one for ``target``: its triple and data layout, and whether ``target``
+    converts half <-> float in hardware."""
+    module.triple = target.triple
+    module.data_layout = target.data_layout
     module.myelin_soft_half = not target.native_half
 
 

@@ -130,6 +130,11 @@ class Target:
             return "AVX"
         return "SSE"
 
+    @functools.cached_property
+    def data_layout(self):
+        """LLVM's data layout string of this target."""
+        return str(self.machine().target_data)
+
     def machine(self, opt=3, reloc="default", codemodel="jitdefault"):
         """An LLVM TargetMachine for this target."""
         if self.is_host:

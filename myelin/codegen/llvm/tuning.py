@@ -240,9 +240,11 @@ class _StepCell:
         step = dataclasses.replace(self.step, inputs=self.inputs, outputs=self.outputs,
                                    choice=dict(option))
         module = ir.Module(name=f"tune_{step.name}")
-        externals = Externals()
-        emit_cell(module, "tune", [step], target, self.alignment, threads, externals)
-        code = engine.compile_module(module, target, symbols=externals.addresses)
+        externals, kernels = Externals(), {}
+        emit_cell(module, "tune", [step], target, self.alignment, kernels, threads, externals)
+        texts = [str(module)] + list(kernels.values())
+        objects, _ = engine.compile_objects(texts, target, [3] * len(texts))
+        code = engine.load_objects(objects, target, externals.addresses)
         self.keep += [externals, code]
         return _CELL_FUNCTION(code.address("tune"))
 

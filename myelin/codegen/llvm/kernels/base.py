@@ -8,6 +8,7 @@ constant each) instead of read from the network's memory, so LLVM folds them int
 instructions: ``((x - 2) + 5) + 100`` becomes one ``add 103``.
 """
 
+import hashlib
 import math
 
 import llvmlite.ir as ir
@@ -96,11 +97,13 @@ class EmitContext:
             with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
                 emit_task(self, index)
             return
-        function, roots = self._outline(name, tensors, emit_task)
-        # The call: a table of the tensors' addresses on the stack, then the tasks.
-        slots = irutil.stack_array(b, irutil.PTR, len(roots), 8)
-        for i, root in enumerate(roots):
-            b.store(self.pointer(root), irutil.element_ptr(b, slots, "int64", irutil.i64(i)))
+        function, roots, kept = self._outline(name, tensors, emit_task)
+        # The call: a table of the tensors' and kept arrays' addresses on the stack, then the
+        # tasks.
+        pointers = [self.pointer(root) for root in roots] + [self.keep(array) for array in kept]
+        slots = irutil.stack_array(b, irutil.PTR, len(pointers), 8)
+        for i, pointer in enumerate(pointers):
+            b.store(pointer, irutil.element_ptr(b, slots, "int64", irutil.i64(i)))
         if count == 1 or self.threads <= 1:
             with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
                 b.call(function, [slots, index])
@@ -112,7 +115,8 @@ class EmitContext:
 
     def _outline(self, name, tensors, emit_task):
         """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
-        holds the addresses of ``tensors``' roots (returned, in table order)."""
+        holds the addresses of ``tensors``' roots, then those of the arrays the tasks keep:
+        returns (the function, the roots and the kept arrays, in table order)."""
         module = self.builder.module
         function = ir.Function(module, threads.TASK_TYPE, module.get_unique_name(name))
         function.linkage = "internal"
@@ -124,10 +128,10 @@ class EmitContext:
                                          typ=irutil.PTR)
                     for i, root in enumerate(roots)}
         sub = ArgumentContext(inner, self.target, pointers, self, threads=1,
-                              alignment=self.alignment)
+                              alignment=self.alignment, table=(table, len(roots)))
         emit_task(sub, index)
         inner.ret_void()
-        return function, roots
+        return function, roots, sub.kept
 
     def fail_if(self, condition):
         """Return from the cell function with the current step's status if ``condition`` (an
@@ -186,11 +190,12 @@ def inlined_bytes(root):
 
 def inline_constant(module, root):
     """The private LLVM constant of ``module`` holding the elements of the constant tensor
-    ``root`` (made on first use)."""
-    name = f"myelin.const.{root.name}"
+    ``root`` (made on first use), named after its bytes and alignment: the code does not
+    depend on the tensor's name."""
+    data = inlined_bytes(root)
+    name = f"myelin.const.{hashlib.sha256(data).hexdigest()[:16]}.{root.alignment}"
     variable = module.globals.get(name)
     if variable is None:
-        data = inlined_bytes(root)
         array_type = ir.ArrayType(irutil.I8, len(data))
         variable = ir.GlobalVariable(module, array_type, name)
         variable.initializer = ir.Constant(array_type, bytearray(data))
@@ -258,13 +263,33 @@ class ArgumentContext(EmitContext):
     """An emit context in a function of its own, whose tensors' addresses are given values
     (``pointers``: id of the root tensor to a ptr value). ``alignment`` tells what their
     addresses are known to be aligned to; by default only to the element size (a function
-    shared by several steps)."""
+    shared by several steps). With a ``table`` (a ptr value and the index of its first free
+    entry), the arrays the function keeps (``kept``, in order) are read from the table's
+    following entries, which its caller fills; without, they are external symbols."""
 
-    def __init__(self, builder, target, pointers, parent, threads, alignment=None):
+    def __init__(self, builder, target, pointers, parent, threads, alignment=None,
+                 table=None):
         super().__init__(builder, target, None, parent.instance_alignment, threads,
                          parent.externals)
         self.pointers = pointers
         self.known_alignment = alignment
+        self.table = table
+        self.kept = []
+        self._kept_pointers = {}
+
+    def keep(self, array):
+        if self.table is None:
+            return super().keep(array)
+        pointer = self._kept_pointers.get(id(array))
+        if pointer is None:
+            b = self.builder
+            table, first = self.table
+            with b.goto_entry_block():
+                slot = irutil.element_ptr(b, table, "int64", irutil.i64(first + len(self.kept)))
+                pointer = b.load(slot, typ=irutil.PTR)
+            self.kept.append(array)
+            self._kept_pointers[id(array)] = pointer
+        return pointer
 
     def pointer(self, tensor):
         root = tensor.root()

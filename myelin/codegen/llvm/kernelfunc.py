@@ -1,0 +1,128 @@
+"""Each step's kernel as a function in an LLVM module of its own, named by what it computes.
+
+A step's kernel is emitted into a fresh module as ``i32 kernel(ptr t0, ..., ptr tn, ptr kept)``:
+``t0 .. tn`` address the step's root tensors (in the order :func:`roots` gives), ``kept`` is a
+table of the addresses of the arrays the kernel made at compile time (packed weights), in
+the order it kept them. The function returns 0, or 1 where it found bad input at run time
+(:meth:`~myelin.codegen.llvm.kernels.EmitContext.fail_if`). Nothing in the module depends on
+where the tensors are, nor on the step's name: it is the kernel alone, its shapes, types,
+alignments and options. So the module's text names the kernel: its function is
+``myelin.kernel.<SHA-256 of the text>``, and steps whose kernels have the same text (the
+identical blocks of a ResNet or a transformer) call one function, compiled once, and machine
+code compiled for one network serves any other with that kernel
+(:mod:`myelin.codegen.llvm.kernelcache`).
+
+A root argument is ``noalias`` where no other root of the step may overlap it (see
+:func:`_may_alias`). Constants
+small enough to be compiled into the code stay in it (:func:`~.kernels.base.inlined`): their
+values are part of the text.
+"""
+
+import dataclasses
+import hashlib
+
+import llvmlite.ir as ir
+
+from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm.kernels.base import ArgumentContext, EmitContext, inlined
+from myelin.errors import CompileError, MyelinError
+
+PREFIX = "myelin.kernel."
+_PLACEHOLDER = "myelin.kernel"
+
+
+@dataclasses.dataclass
+class KernelFunction:
+    """A step's kernel: its function's ``symbol``, its module's ``text`` (LLVM IR), the root
+    tensors its arguments address (``roots``), the arrays its ``kept`` table addresses and
+    whether it can fail (``fails``)."""
+    symbol: str
+    text: str
+    roots: list
+    kept: list
+    fails: bool
+
+
+def roots(step):
+    """The root tensors of ``step`` that a kernel function takes as arguments, in order: each
+    distinct root of its inputs and outputs but the constants compiled into the code."""
+    found = {}
+    for tensor in list(step.inputs) + list(step.outputs):
+        root = tensor.root()
+        if not inlined(root):
+            found.setdefault(id(root), root)
+    return list(found.values())
+
+
+def emit_kernel(step, target, instance_alignment, threads, externals):
+    """The :class:`KernelFunction` of ``step`` (its kernel emitted for ``target``, splitting
+    work over ``threads``; the worker pool's address goes to ``externals``)."""
+    module = ir.Module(name="kernel")
+    irutil.set_target(module, target)
+    arguments = roots(step)
+    function = ir.Function(module, kernel_type(len(arguments)), _PLACEHOLDER)
+    function.attributes.add("nounwind")
+    for argument, root in zip(function.args, arguments):
+        if not _may_alias(root, arguments):
+            argument.add_attribute("noalias")
+    entry = function.append_basic_block("entry")
+    builder = ir.IRBuilder(entry)
+    body = function.append_basic_block("body")
+    builder.branch(body)
+    builder.position_at_end(body)
+    placed = EmitContext(builder, target, None, instance_alignment, threads, externals)
+    ctx = _KernelContext(step, builder, dict(zip(map(id, arguments), function.args)), placed,
+                         function.args[-1])
+    try:
+        step.kernel.emit(ctx, step)
+    except MyelinError:
+        raise
+    except Exception as error:
+        raise CompileError(f"kernel {step.kernel.kernel_name(step)} failed on step "
+                           f"{step.name} ({step.type}): {error}") from error
+    builder.ret(ir.Constant(irutil.I32, 0))
+    text = str(module)
+    symbol = PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40]
+    text = text.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"')
+    return KernelFunction(symbol, text, arguments, ctx.kept, ctx.fails)
+
+
+def kernel_type(count):
+    """The LLVM type of a kernel function of ``count`` root tensors."""
+    return ir.FunctionType(irutil.I32, [irutil.PTR] * (count + 1))
+
+
+def _may_alias(root, arguments):
+    """Whether the memory of ``root`` may be reached through another of ``arguments``: a
+    caller's array through another one (it may be the same), an instance tensor through one
+    at an overlapping offset. (As the cell function's instance argument is ``noalias``, a
+    caller's array is taken to be none of the instance's tensors nor a global.)"""
+    if root.ref:
+        return any(other is not root and other.ref for other in arguments)
+    if root.address is not None:
+        return False       # a global of its own
+    end = root.offset + root.size
+    return any(other is not root and other.address is None and not other.ref
+               and other.offset < end and root.offset < other.offset + other.size
+               for other in arguments)
+
+
+class _KernelContext(ArgumentContext):
+    """The emit context of a kernel function: tensors are its arguments (aligned as placed),
+    kept arrays its table's entries, and a failure returns 1."""
+
+    def __init__(self, step, builder, pointers, placed, table):
+        super().__init__(builder, placed.target, pointers, placed, placed.threads,
+                         alignment=placed.alignment, table=(table, 0))
+        self.step = step
+        self.fails = False
+
+    def fail_if(self, condition):
+        self.fails = True
+        super().fail_if(condition)
+
+    def parallel(self, name, tensors, count, emit_task, outline=False):
+        # (task functions are named without the step's name, which is not the kernel's)
+        if self.step.name:
+            name = name.replace(self.step.name, "step")
+        super().parallel(name, tensors, count, emit_task, outline)

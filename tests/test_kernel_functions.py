@@ -1,0 +1,105 @@
+"""Kernel functions: steps with the same kernel share one compiled function, and the code of a
+kernel compiled for one network is taken from the compile cache for another."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import myelin
+from jitcheck import relative_error
+from myelin.codegen.llvm import engine, kernelfunc
+from myelin.codegen.llvm.codecache import CodeCache
+
+
+def chain_flow(weights):
+    """y = relu(...relu(relu(x W0) W1)... Wn): blocks of the same shapes, weights of their
+    own."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    h = f.var("x", myelin.DT_FLOAT, [8, 64])
+    for i, w in enumerate(weights):
+        h = f.relu(f.matmul(h, f.array(f"W{i}", w)))
+    f.rename(h, "y")
+    return flow
+
+
+def expected(x, weights):
+    h = x.astype(np.float64)
+    for w in weights:
+        h = np.maximum(h @ w, 0)
+    return h
+
+
+def compute(network, x):
+    data = network.cell("f").instance()
+    data["f/x"] = x
+    data.compute()
+    return np.asarray(data["f/y"])
+
+
+@pytest.fixture
+def weights():
+    rng = np.random.default_rng(3)
+    return [rng.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(4)]
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The number of modules each compile hands LLVM (cells' and kernels'), as a list."""
+    counts = []
+    compile_objects = engine.compile_objects
+
+    def counting(texts, *args, **kwargs):
+        counts.append(len(texts))
+        return compile_objects(texts, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "compile_objects", counting)
+    return counts
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_identical_steps_share_one_function(weights, threads):
+    network = myelin.Compiler(cache=False, threads=threads, dump=True).compile(
+        chain_flow(weights))
+    steps = [step for step in network.cell("f").steps if not step.noop]
+    assert len(steps) == 4
+    defined = {line.split("@")[1].split("(")[0].strip('"')
+               for line in network.dumps["llvm"].splitlines()
+               if line.startswith("define") and kernelfunc.PREFIX in line}
+    # One kernel for the four steps, each step with its own packed weights.
+    assert len(defined) == 1
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
+
+
+def test_kernels_come_from_the_cache_for_another_network(tmp_path, weights, compiled):
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(weights))
+    assert compiled == [2]                 # the cell's module and the kernel's
+    others = [w[::-1].copy() for w in weights]        # another network of the same kernels
+    network = myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(others))
+    assert compiled == [2, 1]              # its cell alone
+    assert relative_error(compute(network, x), expected(x, others)) < 1e-5
+
+
+def test_a_damaged_kernel_entry_is_compiled_afresh(tmp_path, weights, compiled, caplog):
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(weights))
+    kernels = CodeCache(tmp_path).kernels
+    for info in kernels.entries():
+        with open(info.path, "r+b") as file:
+            file.truncate(info.size // 2)
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        network = myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(weights))
+    assert "ignoring compile cache entry" in caplog.text
+    assert compiled == [2, 2]
+    assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
+    # The whole network is used again only with its kernels' entries (rebuilt now).
+    for info in kernels.entries():
+        os.remove(info.path)
+    compiler = myelin.Compiler(cache=tmp_path, threads=1)
+    network = compiler.compile(chain_flow(weights))
+    assert "llvm" in compiler.timings and compiled == [2, 2, 2]
+    assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
