@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import myelin
 import myelin.onnx
+from graph_inputs import graph_inputs
 
 RNG = np.random.default_rng(0)
 MS = "com.microsoft"
@@ -17,19 +18,7 @@ MS = "com.microsoft"
 def _model(op, inputs, out_type, initializers=(), model_opset=17, **attrs):
     """A one-node model of com.microsoft ``op``; ``inputs`` (name, array or None), those named
     in ``initializers`` constant; output "y" of ONNX element type ``out_type``."""
-    names, infos, inits, feeds = [], [], [], {}
-    for name, value in inputs:
-        if value is None:
-            names.append("")
-            continue
-        names.append(name)
-        value = np.asarray(value)
-        if name in initializers:
-            inits.append(numpy_helper.from_array(value, name))
-        else:
-            infos.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
-            feeds[name] = value
+    names, infos, inits, feeds = graph_inputs(inputs, initializers)
     node = helper.make_node(op, names, ["y"], domain=MS, **attrs)
     graph = helper.make_graph([node], "g", infos,
                               [helper.make_tensor_value_info("y", out_type, None)], inits)

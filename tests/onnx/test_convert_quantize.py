@@ -8,6 +8,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 import myelin.onnx
+from graph_inputs import graph_inputs
 
 RNG = np.random.default_rng(0)
 
@@ -15,19 +16,7 @@ RNG = np.random.default_rng(0)
 def _model(op, inputs, outputs=("y",), opset=13, initializers=(), **attrs):
     """A one-node model; ``inputs`` is a list of (name, array) (None for an absent optional
     input); names in ``initializers`` become initializers, the others graph inputs."""
-    names, infos, inits, feeds = [], [], [], {}
-    for name, value in inputs:
-        if value is None:
-            names.append("")
-            continue
-        names.append(name)
-        value = np.asarray(value)
-        if name in initializers:
-            inits.append(numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            infos.append(helper.make_tensor_value_info(name, elem, value.shape))
-            feeds[name] = value
+    names, infos, inits, feeds = graph_inputs(inputs, initializers)
     node = helper.make_node(op, names, list(outputs), **attrs)
     graph = helper.make_graph([node], "g", infos,
                               [helper.make_value_info(o, helper.TypeProto()) for o in outputs],
