@@ -310,16 +310,19 @@ class Compiler:
         entry = self.cache.load(fields)
         if entry is None:
             return None
-        kernels = []
-        for symbol in sorted(elf.undefined_symbols(entry.object)):
-            if symbol.startswith(kernelfunc.PREFIX):
-                kernel = self.cache.kernels and self.cache.kernels.load(
-                    self._kernel_fields(symbol))
-                if not kernel:
-                    log.info("compile cache entry %s calls kernel %s, whose entry is gone; "
-                             "compiling afresh", entry.path, symbol)
-                    return None
-                kernels.append(kernel)
+        kernels, wanted, seen = [], [entry.object], set()
+        while wanted:         # the kernels the cells call, and the helpers those call
+            for symbol in sorted(elf.undefined_symbols(wanted.pop()) - seen):
+                if symbol.startswith(kernelfunc.PREFIX):
+                    seen.add(symbol)
+                    kernel = self.cache.kernels and self.cache.kernels.load(
+                        self._kernel_fields(symbol))
+                    if not kernel:
+                        log.info("compile cache entry %s calls kernel %s, whose entry is "
+                                 "gone; compiling afresh", entry.path, symbol)
+                        return None
+                    kernels.append(kernel)
+                    wanted.append(kernel.object)
         try:
             addresses = rebind(entry.symbols, globals_, entry.arrays, counters, self.threads)
             for kernel in kernels:      # (their symbols are the network's: no arrays of theirs)

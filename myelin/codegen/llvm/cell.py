@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil
-from myelin.codegen.llvm.kernelfunc import emit_kernel, kernel_type
+from myelin.codegen.llvm.kernelfunc import Helpers, emit_kernel, kernel_type
 from myelin.codegen.llvm.kernels import EmitContext
 from myelin.codegen.llvm.kernels.movement import copy
 from myelin.errors import CompileError
@@ -62,7 +62,7 @@ def read_counter(builder, target):
 def emit_cell(module, symbol, steps, target, instance_alignment, kernels, threads=1,
               externals=None, counters=None, on_step=None, repeat=None):
     """Add the function ``symbol`` computing ``steps`` to ``module``, and the module text of
-    each kernel function it calls to ``kernels`` (by symbol); kernels may split work over
+    each kernel function it calls (and of their helpers) to ``kernels`` (by symbol); kernels may split work over
     ``threads`` and add the addresses they use (globals, packed weights) to ``externals``.
     ``counters`` (from :func:`profile_counters`) compiles the profiler in; ``on_step()`` is
     called after each step with code is emitted; ``repeat`` (a
@@ -75,6 +75,7 @@ def emit_cell(module, symbol, steps, target, instance_alignment, kernels, thread
     function.attributes.add("nounwind")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     ctx = EmitContext(builder, target, instance, instance_alignment, threads, externals)
+    helpers = Helpers(target, kernels)
     profiler = None
     if counters is not None:
         base = ctx.externals.pointer(builder, ("counters", symbol), counters.ctypes.data, 8)
@@ -87,7 +88,8 @@ def emit_cell(module, symbol, steps, target, instance_alignment, kernels, thread
         if step.noop:
             continue
         _start_block(builder, _block_name(step.name))  # named after it, for readable dumps
-        kernel = emit_kernel(step, target, instance_alignment, threads, ctx.externals)
+        kernel = emit_kernel(step, target, instance_alignment, threads, ctx.externals,
+                             helpers)
         kernels.setdefault(kernel.symbol, kernel.text)
         start = profiler.read() if profiler else None
         _call(ctx, kernel)

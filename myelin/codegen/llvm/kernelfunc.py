@@ -54,11 +54,56 @@ def roots(step):
     return list(found.values())
 
 
-def emit_kernel(step, target, instance_alignment, threads, externals):
+class Helpers:
+    """The helper functions of kernel functions (:meth:`EmitContext.function
+    <myelin.codegen.llvm.kernels.EmitContext.function>`: a matrix product's tile, an outlined
+    convolution), each built once for all kernels, in a module of its own named by its IR as a
+    kernel's is (its text added to ``texts``, by symbol), and declared in the module of each
+    kernel that calls it."""
+
+    def __init__(self, target, texts):
+        self.target = target
+        self.texts = texts
+        self._made = {}           # key -> (symbol, the function as built)
+
+    def declare(self, module, key, build):
+        """The helper ``build(module)`` makes for ``key``, declared in ``module``."""
+        made = self._made.get(key)
+        if made is None:
+            own = ir.Module(name="helper")
+            irutil.set_target(own, self.target)
+            function = build(own)
+            function.linkage = ""
+            symbol, text = _named(own, function.name)
+            self.texts.setdefault(symbol, text)
+            made = self._made[key] = (symbol, function)
+        symbol, function = made
+        declared = module.globals.get(symbol)
+        if declared is None:
+            declared = ir.Function(module, function.ftype, symbol)
+            for attribute in function.attributes:
+                declared.attributes.add(attribute)
+            for mine, theirs in zip(declared.args, function.args):
+                for attribute in theirs.attributes:
+                    mine.add_attribute(attribute)
+        return declared
+
+
+def _named(module, name):
+    """(symbol, text) of ``module`` with its function ``name`` renamed to the symbol its text
+    gives it."""
+    text = str(module)
+    symbol = PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40]
+    return symbol, text.replace(f'@"{name}"', f'@"{symbol}"')
+
+
+def emit_kernel(step, target, instance_alignment, threads, externals, helpers):
     """The :class:`KernelFunction` of ``step`` (its kernel emitted for ``target``, splitting
-    work over ``threads``; the worker pool's address goes to ``externals``)."""
+    work over ``threads``; the worker pool's address goes to ``externals``, its helper
+    functions to ``helpers``)."""
     module = ir.Module(name="kernel")
     irutil.set_target(module, target)
+    module.myelin_helpers = helpers
     arguments = roots(step)
     function = ir.Function(module, kernel_type(len(arguments)), _PLACEHOLDER)
     function.attributes.add("nounwind")
@@ -81,9 +126,7 @@ def emit_kernel(step, target, instance_alignment, threads, externals):
         raise CompileError(f"kernel {step.kernel.kernel_name(step)} failed on step "
                            f"{step.name} ({step.type}): {error}") from error
     builder.ret(ir.Constant(irutil.I32, 0))
-    text = str(module)
-    symbol = PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40]
-    text = text.replace(f'@"{_PLACEHOLDER}"', f'@"{symbol}"')
+    symbol, text = _named(module, _PLACEHOLDER)
     return KernelFunction(symbol, text, arguments, ctx.kept, ctx.fails)
 
 

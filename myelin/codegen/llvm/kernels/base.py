@@ -66,9 +66,14 @@ class EmitContext:
         return self.externals.keep(self.builder, array)
 
     def function(self, key, build):
-        """The helper function ``build(module)`` made for ``key``, built on its module's
-        first use and shared by every cell of the module."""
+        """The helper function ``build(module)`` made for ``key`` (one LLVM does not inline),
+        built on its module's first use and shared by every cell of the module; in a kernel
+        function's module, made once for all kernels in a module of its own and declared
+        (:class:`~myelin.codegen.llvm.kernelfunc.Helpers`)."""
         module = self.builder.module
+        helpers = getattr(module, "myelin_helpers", None)
+        if helpers is not None:
+            return helpers.declare(module, key, build)
         functions = module.__dict__.setdefault("_myelin_functions", {})
         if key not in functions:
             functions[key] = build(module)
