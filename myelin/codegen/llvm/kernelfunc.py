@@ -10,7 +10,7 @@ alignments and options. So the module's text names the kernel: its function is
 ``myelin.kernel.<SHA-256 of the text>``, and steps whose kernels have the same text (the
 identical blocks of a ResNet or a transformer) call one function, compiled once, and machine
 code compiled for one network serves any other with that kernel
-(:mod:`myelin.codegen.llvm.kernelcache`).
+(the compile cache keeps it by symbol: :attr:`~myelin.codegen.llvm.codecache.CodeCache.kernels`).
 
 A root argument is ``noalias`` where no other root of the step may overlap it (see
 :func:`_may_alias`). Constants
