@@ -34,7 +34,7 @@ def list_command(args, out):
     kernels = cache.kernels.entries() if os.path.isdir(os.path.join(cache.directory, KERNELS)) \
         and cache.kernels else []
     if kernels:
-        print(f"  and the code of {len(kernels)} kernels, "
+        print(f"  and the code of {len(kernels)} kernel and helper functions, "
               f"{_size(sum(info.size for info in kernels))}, in {cache.kernels.directory}",
               file=out)
     if not entries:

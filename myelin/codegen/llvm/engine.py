@@ -9,7 +9,8 @@ request (``dump=True`` or $MYELIN_DUMP_LLVM / $MYELIN_DUMP_ASM set).
 LLVM context and a target machine of its own, which LLVM lets threads use at the same time.
 llvmlite serializes every call into LLVM with one process-wide lock, so the two long calls,
 the optimization pipeline and machine code generation, are made without it
-(:func:`_unlocked`); ctypes releases the GIL while they run.
+(:func:`_unlocked`); ctypes releases the GIL while they run. The threads are kept from one
+compile to the next (:func:`_compile_pool`).
 """
 
 import concurrent.futures
@@ -141,8 +142,7 @@ def compile_objects(texts, target, opt_levels, dump=False, workers=1):
     # The largest first, so that no thread is left with a large one at the end.
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     if workers > 1 and len(texts) > 1:
-        with concurrent.futures.ThreadPoolExecutor(min(workers, len(texts))) as pool:
-            done = dict(zip(order, pool.map(one, order)))
+        done = dict(zip(order, _compile_pool(workers).map(one, order)))
     else:
         done = {index: one(index) for index in order}
     objects = [done[index][0] for index in range(len(texts))]
@@ -152,6 +152,21 @@ def compile_objects(texts, target, opt_levels, dump=False, workers=1):
         if os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
             print(dumps[kind], file=sys.stderr)
     return objects, dumps
+
+
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def _compile_pool(workers):
+    """The process's pool of ``workers`` compile threads, made once and kept (new threads
+    for every compile left the allocator's per-thread arenas growing from compile to compile);
+    compiles on several threads at once share it."""
+    with _pools_lock:
+        if workers not in _pools:
+            _pools[workers] = concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix="myelin-compile")
+        return _pools[workers]
 
 
 # Symbols bound with llvm.add_symbol are process-wide: binding and loading happen together.
