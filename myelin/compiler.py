@@ -11,7 +11,9 @@ compiled before is loaded and bound to this network's globals, and a kernel comp
 another LLVM target, to assembly or an object file.
 """
 
+import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -36,6 +38,7 @@ from myelin.plan.assign import fold_assigns
 from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat, Step,
                               TensorSpec)
 from myelin.plan.kernel import EMPTY
+from myelin.progress import Reporter, callback as progress_callback
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
 
@@ -45,6 +48,18 @@ _module_ids = itertools.count()
 _CACHE_OFF = ("0", "off", "no", "false")
 KERNEL_OPT_LEVEL = 3     # LLVM's optimization level for kernel functions
 CELL_OPT_LEVEL = 1       # and for the cell functions, which only call them
+
+
+def _reported(method):
+    """``method`` of a Compiler inside its progress reporter's ``with``, which clears what
+    it showed when the method returns or raises (the outermost of nested ones)."""
+    @functools.wraps(method)
+    def reported(self, *args, **kwargs):
+        reporter = self.progress if isinstance(self.progress, Reporter) else \
+            contextlib.nullcontext()
+        with reporter:
+            return method(self, *args, **kwargs)
+    return reported
 
 
 class Compiler:
@@ -80,7 +95,10 @@ class Compiler:
     is one cell; :mod:`myelin.control` makes them).
     ``progress`` is called as compiling goes, ``progress(phase, done, total)``: with done = 0
     as each phase starts ("optimize", "plan", "tune", "cache", "emit", "llvm"), after each
-    step emitted with the steps done of the total, and with "done" at the end.
+    step emitted with the steps done of the total, and with "done" at the end. By default
+    (None) a compile that runs for more than a second shows its phase: a tqdm bar where tqdm
+    is installed and stderr is a terminal or this runs in a notebook, else INFO lines on the
+    ``myelin.progress`` logger (see :mod:`myelin.progress`); False shows nothing.
     ``select(step, target)`` picks each step's kernel (default: the CPU kernel library's
     :func:`~myelin.codegen.llvm.kernels.select`); a planner for another back end passes its
     own, whose ``backend`` attribute names that back end in errors
@@ -117,10 +135,11 @@ class Compiler:
         elif cache is not False and not isinstance(cache, codecache.CodeCache):
             cache = codecache.CodeCache(cache)
         self.cache = cache or None
-        self.progress = progress or (lambda phase, done, total: None)
+        self.progress = progress_callback(progress)
         self.timings = {}
         self.report = None
 
+    @_reported
     def compile(self, flow):
         """Compile every function of ``flow`` into a cell; returns a Network.
 
@@ -158,6 +177,7 @@ class Compiler:
         self.progress("done", 0, 0)
         return network
 
+    @_reported
     def emit(self, flow, triple, cpu="generic", features="", object_file=False):
         """Compile ``flow`` for another LLVM target (such as "aarch64-unknown-linux-gnu")
         without running it: returns the assembly text, or the bytes of an object file.
@@ -179,6 +199,7 @@ class Compiler:
         self.progress("done", 0, 0)
         return code
 
+    @_reported
     def prepare(self, flow, target):
         """Optimize a copy of ``flow`` and plan its functions for ``target``: returns (the
         optimized flow, a :class:`PlannedCell` per function, its globals by name)."""

@@ -82,7 +82,8 @@ def shapes(args, names):
 def compiler_options(args):
     """The Compiler options of a model command's arguments."""
     return dict(opt_level=args.opt_level, features=args.cpu_features, threads=args.threads,
-                cache=False if args.no_cache else None, progress=args.progress_bar)
+                cache=False if args.no_cache else None,
+                progress=args.progress_bar or False)
 
 
 def load_flow(args):
