@@ -6,8 +6,8 @@ ops of one concept). Look definitions up with :func:`lookup`/:func:`find`, list 
 :func:`register`.
 """
 
-from myelin.ops import (array, elementwise, fused, indexing, linalg, nn, reduction,  # noqa: F401
-                        shape, state)
+from myelin.ops import (array, attention, elementwise, fused, indexing, linalg, nn,  # noqa: F401
+                        reduction, shape, state)
 from myelin.ops import resize  # noqa: F401
 from myelin.ops import conv  # noqa: F401
 from myelin.ops import sampling  # noqa: F401

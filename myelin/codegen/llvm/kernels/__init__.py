@@ -1,6 +1,7 @@
 """The CPU kernel library: which kernels implement which op types, in order of preference."""
 
 from myelin.codegen.llvm import elementwise
+from myelin.codegen.llvm.kernels.attention import AttentionKernel
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.conv import ConvKernel
 from myelin.codegen.llvm.kernels.conv_channels import ConvChannelsKernel
@@ -38,6 +39,7 @@ _LIBRARY = {
     "Rank": [ShapeKernel()],
     "Assign": [AssignKernel()],
     "Resize": [ResizeKernel()],
+    "Attention": [AttentionKernel()],
 }
 for _type in ViewKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(_VIEW)
