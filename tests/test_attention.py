@@ -1,7 +1,11 @@
 """Scaled dot-product attention (issue 25): the Attention op's reference against attention
-written out in NumPy, and the CPU kernel against the reference."""
+written out in NumPy, the pass that makes the op from the exporters' patterns (and leaves near
+misses alone), the CPU kernel against the reference, and an attention module exported from
+PyTorch against ONNX Runtime."""
 
+import io
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -9,6 +13,8 @@ import pytest
 import myelin
 from myelin import reference
 from myelin.errors import ShapeError
+from myelin.optimize import Context
+from myelin.optimize.attention import fuse_attention
 
 from jitcheck import PRESETS, poison, relative_error
 
@@ -101,6 +107,149 @@ def test_shape_errors(shapes, attrs, message):
         attention_op(f, shapes, **attrs)
 
 
+# The pass.
+def softmax(f, x, axis=-1, divide=True):
+    """Softmax as the ONNX importer writes it (a Div) or as the Builder does (Reciprocal
+    and Mul)."""
+    e = f.exp(f.sub(x, f.max(x, axis, keepdims=True)))
+    total = f.sum(e, axis, keepdims=True)
+    return f.div(e, total) if divide else f.mul(e, f.rcp(total))
+
+
+def pattern(scale=("Mul", 0.125), bias_shapes=((1, 1, 5, 7),), transpose_b=False,
+            divide=True, dtype="float32", axis=-1, output_scores=False, bias_values=None):
+    """A flow computing attention of q [2, 3, 5, 8], k and v [2, 3, 7, 8] as the exporters
+    write it: y = softmax(q k^T * scale + biases) v, with the near misses the arguments
+    ask for."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    q = f.var("q", dtype, [2, 3, 5, 8])
+    k = f.var("k", dtype, [2, 3, 7, 8] if transpose_b else [2, 3, 8, 7])
+    v = f.var("v", dtype, [2, 3, 7, 8])
+    s = f.matmul(q, k, transpose_b=transpose_b)
+    if scale is not None:
+        kind, value = scale
+        s = f.op(kind, [s, f.const(np.asarray(value, dtype))])
+    for i, shape in enumerate(bias_shapes):
+        bias = (f.var(f"b{i}", dtype, shape) if bias_values is None
+                else f.array(f"b{i}", bias_values[i].astype(dtype)))
+        s = f.add(s, bias)
+    if output_scores:
+        f.identity(s, name="scores")
+    f.matmul(softmax(f, s, axis, divide), v, name="y")
+    flow.infer_inputs_and_outputs()
+    return flow
+
+
+def fused(flow):
+    """A copy of ``flow`` after the attention pass, and whether it changed anything."""
+    copy = flow.copy()
+    changed = fuse_attention(copy, Context())
+    copy.verify()
+    return copy, changed
+
+
+def attention_ops(flow):
+    return [op for op in flow.funcs["f"].ops if op.type == "Attention"]
+
+
+def check_same_results(flow, optimized):
+    """The reference gives the same results before and after the pass."""
+    rng = np.random.default_rng()
+    inputs = random_inputs(rng, [v for v in flow.vars.values() if v.is_input])
+    before = reference.run(flow, "f", inputs)
+    after = reference.run(optimized, "f", {optimized.vars[v.name]: x for v, x in inputs.items()})
+    for name, want in before.items():
+        np.testing.assert_allclose(after[name], want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("options, attrs, biases", [
+    ({}, {"scale": "0.125", "transpose_k": "1"}, 1),
+    ({"scale": ("Div", 4.0), "divide": False, "transpose_b": True}, {"scale": "0.25"}, 1),
+    ({"scale": None, "bias_shapes": ()}, {"transpose_k": "1"}, 0),
+    ({"bias_shapes": ((3, 5, 7), (7,))}, {"scale": "0.125", "transpose_k": "1"}, 2),
+])
+def test_pass_fuses_the_pattern(options, attrs, biases):
+    flow = pattern(**options)
+    optimized, changed = fused(flow)
+    assert changed
+    (op,) = attention_ops(optimized)
+    assert dict(op.attrs.items()) == attrs
+    assert [v.name for v in op.inputs] == ["f/q", "f/k", "f/v"] + [f"f/b{i}"
+                                                                  for i in range(biases)]
+    assert op.outputs[0].name == "f/y"
+    assert [o.type for o in optimized.funcs["f"].ops] == ["Attention"]
+    check_same_results(flow, optimized)
+
+
+@pytest.mark.parametrize("masked", [-math.inf, LOWEST])
+def test_pass_turns_a_constant_causal_mask_into_causal(masked):
+    seen = np.arange(7) <= np.arange(5)[:, None] + 2
+    causal = np.where(seen, 0.0, masked)[None, None]
+    positions = np.random.default_rng().standard_normal((1, 3, 5, 7))
+    flow = pattern(bias_shapes=((1, 3, 5, 7), (1, 1, 5, 7)), bias_values=[positions, causal])
+    optimized, _ = fused(flow)
+    (op,) = attention_ops(optimized)
+    assert op.attrs.get_bool("causal") and [v.name for v in op.inputs[3:]] == ["f/b0"]
+    check_same_results(flow, optimized)
+
+
+def test_pass_keeps_a_lowest_value_mask_where_a_query_sees_no_key():
+    # 5 queries, 3 keys: queries 0 and 1 see none. With -3.4e38 the unfused softmax is over
+    # the masked scores, not over none.
+    seen = np.arange(3) <= np.arange(5)[:, None] - 2
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    s = f.add(f.matmul(f.var("q", "float32", [5, 4]), f.var("k", "float32", [4, 3])),
+              f.array("mask", np.where(seen, 0.0, LOWEST).astype(np.float32)))
+    f.matmul(softmax(f, s), f.var("v", "float32", [3, 2]), name="y")
+    flow.infer_inputs_and_outputs()
+    optimized, _ = fused(flow)
+    (op,) = attention_ops(optimized)
+    assert not op.attrs.get_bool("causal") and len(op.inputs) == 4
+    check_same_results(flow, optimized)
+
+
+@pytest.mark.parametrize("options", [
+    {"scale": ("Mul", np.full(7, 0.125))},        # a scale per key, not one number
+    {"scale": ("Sub", 1.0)},                       # not a scale
+    {"axis": -2},                                  # softmax over the queries
+    {"output_scores": True},                       # the scores are read elsewhere
+    {"dtype": "float16"},                          # half precision rounds every step
+    {"bias_shapes": ((3, 1, 1, 1, 1),)},           # a bias that broadcasts the scores up
+])
+def test_pass_leaves_near_misses(options):
+    optimized, changed = fused(pattern(**options))
+    assert not changed and not attention_ops(optimized)
+
+
+def test_pass_leaves_a_scale_after_the_mask_and_probabilities_read_twice():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    q, k = f.var("q", "float32", [5, 4]), f.var("k", "float32", [4, 7])
+    s = f.mul(f.add(f.matmul(q, k), f.var("mask", "float32", [7])), f.const(0.5))
+    f.matmul(softmax(f, s), f.var("v", "float32", [7, 2]), name="y")
+    p = softmax(f, f.matmul(q, k))
+    f.matmul(p, f.var("w", "float32", [7, 2]), name="z")
+    f.identity(p, name="p")
+    flow.infer_inputs_and_outputs()
+    assert not fused(flow)[1]
+
+
+def test_pipeline_runs_the_pass_and_the_compiled_cell_has_one_step():
+    flow = pattern()
+    net = myelin.Compiler().compile(flow)
+    assert [step.type for step in net.cell("f").steps] == ["Attention"]
+    assert "fuse_attention" in myelin.optimize.pass_names()
+    unfused = myelin.Compiler(disable_passes=["fuse_attention"]).compile(flow)
+    assert "Attention" not in [step.type for step in unfused.cell("f").steps]
+
+
+def test_cuda_planner_leaves_attention_unfused():
+    from myelin.codegen.cuda import planner
+    assert "Attention" not in [step.type for step in planner.plan(pattern()).cell("f").steps]
+
+
 # The kernel.
 KERNEL_CASES = [
     # batch, Sq, Skv, D, Dv, attributes, bias shapes
@@ -182,3 +331,43 @@ def test_kernel_over_no_keys():
     rng = np.random.default_rng()
     for attrs in ({}, {"causal": True}):
         check_kernel(rng, [2], 3, 0, 4, 5, attrs, [])
+
+
+# An attention module exported from PyTorch.
+def test_pytorch_attention_matches_onnxruntime():
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    import myelin.onnx
+
+    class SelfAttention(torch.nn.Module):
+        """Multi-head self-attention with a padding mask, as transformers' BERT writes it."""
+
+        def __init__(self, width=48, heads=3):
+            super().__init__()
+            self.heads = heads
+            self.qkv = torch.nn.Linear(width, 3 * width)
+
+        def forward(self, x, mask):
+            b, n, width = x.shape
+            q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2)
+                       for t in self.qkv(x).split(width, -1))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(width // self.heads)
+            scores = scores + (1.0 - mask[:, None, None, :]) * torch.finfo(torch.float32).min
+            return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, width)
+
+    torch.manual_seed(0)
+    module = SelfAttention().eval()
+    x, mask = torch.randn(2, 37, 48), torch.ones(2, 37)
+    mask[1, 29:] = 0
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x, mask), buffer, dynamo=False, opset_version=17,
+                          input_names=["x", "mask"], output_names=["y"])
+    model = myelin.onnx.load(buffer.getvalue())
+    feeds = {"x": x.numpy(), "mask": mask.numpy()}
+    (y,) = model.run(feeds)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    want = session.run(None, feeds)[0]
+    assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max()
+    assert [step.type for step in model.network().cell("main").steps].count("Attention") == 1

@@ -7,7 +7,7 @@ flow). Each pass has a minimum opt level, as in NNVM's table:
 
 ====  ==========================================================================
 0     required lowering only: type inference, inference-mode simplification
-1     + dead code elimination and operator fusion
+1     + dead code elimination and operator fusion (attention first)
 2     + constant folding (precompute), common subexpressions, algebraic rules
 3     + FoldScaleAxis (scales folded into weights); layout changes later
 ====  ==========================================================================
@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Callable
 
-from myelin.optimize import cleanup, fold, fusion, inference, infer, simplify
+from myelin.optimize import attention, cleanup, fold, fusion, inference, infer, simplify
 
 DEFAULT_LEVEL = 3
 MAX_LEVEL = 3
@@ -60,6 +60,7 @@ PIPELINE = (
         Pass("fold_constants", fold.fold_constants, 2),
         Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),
     )),
+    Pass("fuse_attention", attention.fuse_attention, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused
 )

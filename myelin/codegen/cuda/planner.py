@@ -59,8 +59,10 @@ def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
     from myelin.compiler import Compiler      # (the driver sits above the back ends)
 
     target = CudaTarget(target) if isinstance(target, str) else target or CudaTarget()
+    # No CUDA kernel computes Attention: attention stays its MatMuls and softmax.
     compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
-                        alignment=GPU_ALIGNMENT, disable_passes=disable_passes, threads=1,
+                        alignment=GPU_ALIGNMENT,
+                        disable_passes=tuple(disable_passes) + ("fuse_attention",), threads=1,
                         cache=False, select=kernels.select)
     optimized, planned, globals_ = compiler.prepare(flow, target)
     names = Names()
