@@ -217,6 +217,7 @@ def test_pass_keeps_a_lowest_value_mask_where_a_query_sees_no_key():
     {"output_scores": True},                       # the scores are read elsewhere
     {"dtype": "float16"},                          # half precision rounds every step
     {"bias_shapes": ((3, 1, 1, 1, 1),)},           # a bias that broadcasts the scores up
+    {"bias_shapes": ((7,),) * 9},                  # more ops than the pass follows
 ])
 def test_pass_leaves_near_misses(options):
     optimized, changed = fused(pattern(**options))

@@ -29,6 +29,7 @@ from myelin.ops.registry import attribute
 from myelin.optimize.cleanup import pinned
 
 _TYPES = frozenset({"float32", "float64"})
+_MAX_CHAIN = 8      # ops between the product and the softmax (a scale and biases), at most
 
 
 def _inner(var, *readers):
@@ -92,11 +93,11 @@ def _scalar(var):
     return float(np.asarray(var.data).reshape(-1)[0])
 
 
-def _scores(value):
+def _scores(value, depth=0):
     """(the MatMul, scale, biases, ops) if ``value`` is ``MatMul * scale + biases``, the
     scale optional and right after the product; else None."""
     op = value.producer
-    if op is None:
+    if op is None or depth > _MAX_CHAIN:
         return None
     if op.type == "MatMul":
         if attribute(op, "transpose_a"):
@@ -108,7 +109,7 @@ def _scores(value):
     for chain, other in orders:
         if chain.shape != value.shape or not _inner(chain, op):
             continue
-        found = _scores(chain)
+        found = _scores(chain, depth + 1)
         if found is None:
             continue
         product, scale, biases, ops = found
