@@ -249,7 +249,7 @@ class Compiler:
         module text of each kernel function it calls, by symbol."""
         module = ir.Module(name=f"myelin{next(_module_ids)}")
         irutil.set_target(module, target)
-        externals, kernels = Externals(), {}
+        externals, kernels, emitted = Externals(), {}, {}
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
@@ -257,7 +257,8 @@ class Compiler:
             symbol = symbols[cell.name]
             emit_cell(module, symbol, cell.steps, target, self.alignment, kernels,
                       self.threads, externals, counters[symbol],
-                      lambda: self.progress("emit", next(done), total), cell.repeat)
+                      lambda: self.progress("emit", next(done), total), cell.repeat,
+                      emitted)
         self.progress("llvm", 0, 0)
         return module, externals, kernels
 

@@ -353,8 +353,10 @@ def test_compiled_conv_batch_norm_matches_reference():
 def test_same_shaped_steps_with_other_small_constants_do_not_share_code():
     """Convolutions of the same shapes share one outlined function, but constants of up to
     64 bytes are compiled into the code: two depthwise layers whose epilogues scale by
-    different constants (a quantized model's scales and zero points) must not share it."""
-    rng = np.random.default_rng()
+    different constants (a quantized model's scales and zero points) must not share it.
+    (Seeded: a product that float32 rounds to just the other side of .5 from float64's
+    rounds to another integer, which no tolerance covers.)"""
+    rng = np.random.default_rng(3)
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")
     x = f.var("x", "float32", [1, 8, 9, 9])

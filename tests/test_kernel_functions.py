@@ -74,6 +74,57 @@ def test_identical_steps_share_one_function(weights, threads):
     assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
 
 
+@pytest.fixture
+def emitted(monkeypatch):
+    """The steps whose kernels each compile emits (not taken from an earlier step's), as a
+    list of their names."""
+    names = []
+    emit = kernelfunc._emit
+
+    def counting(step, *args, **kwargs):
+        names.append(step.name)
+        return emit(step, *args, **kwargs)
+
+    monkeypatch.setattr(kernelfunc, "_emit", counting)
+    return names
+
+
+def test_steps_of_one_signature_are_emitted_once(weights, emitted):
+    """The four products (their weights packed at compile time, each its own) are emitted
+    once; each step keeps its own packed weights."""
+    network = myelin.Compiler(cache=False, threads=1).compile(chain_flow(weights))
+    assert len(emitted) == 1
+    x = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
+    assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
+
+
+@pytest.mark.parametrize("channels, size", [(32, 1), (16, 12)])   # ConvChannels, ConvGemm
+def test_convolutions_of_one_signature_share_code_with_weights_of_their_own(
+        channels, size, emitted):
+    rng = np.random.default_rng(5)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [1, channels, size, size])
+    h, kernels = x, []
+    for i in range(3):
+        w = rng.standard_normal((channels, channels, 1, 1)).astype(np.float32) / 4
+        kernels.append(w[:, :, 0, 0])
+        h = f.relu(f.op("Conv", [h, f.array(f"W{i}", w)], None, {}))
+    f.rename(h, "y")
+    network = myelin.Compiler(cache=False, threads=1).compile(flow)
+    assert {step.kernel.name for step in network.cell("f").steps if not step.noop} \
+        == {"ConvChannels" if size == 1 else "ConvGemm"}
+    assert len(emitted) < 3
+    value = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    want = value.astype(np.float64)[0]
+    for w in kernels:
+        want = np.maximum(np.einsum("oc,chw->ohw", w, want), 0)
+    data = network.cell("f").instance()
+    data["f/x"] = value
+    data.compute()
+    assert relative_error(np.asarray(data["f/y"])[0], want) < 1e-5
+
+
 def test_kernels_come_from_the_cache_for_another_network(tmp_path, weights, compiled):
     x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
     myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(weights))

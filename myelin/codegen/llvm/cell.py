@@ -60,13 +60,15 @@ def read_counter(builder, target):
 
 
 def emit_cell(module, symbol, steps, target, instance_alignment, kernels, threads=1,
-              externals=None, counters=None, on_step=None, repeat=None):
+              externals=None, counters=None, on_step=None, repeat=None, emitted=None):
     """Add the function ``symbol`` computing ``steps`` to ``module``, and the module text of
-    each kernel function it calls (and of their helpers) to ``kernels`` (by symbol); kernels may split work over
-    ``threads`` and add the addresses they use (globals, packed weights) to ``externals``.
-    ``counters`` (from :func:`profile_counters`) compiles the profiler in; ``on_step()`` is
-    called after each step with code is emitted; ``repeat`` (a
-    :class:`~myelin.plan.cell.Repeat`) makes the steps a loop."""
+    each kernel function it calls (and of their helpers) to ``kernels`` (by symbol); kernels
+    may split work over ``threads`` and add the addresses they use (globals, packed weights)
+    to ``externals``. ``counters`` (from :func:`profile_counters`) compiles the profiler in;
+    ``on_step()`` is called after each step with code is emitted; ``repeat`` (a
+    :class:`~myelin.plan.cell.Repeat`) makes the steps a loop; ``emitted`` (a dict kept over
+    the network's cells) lets steps of the same signature share one emission
+    (:func:`~myelin.codegen.llvm.kernelfunc.emit_kernel`)."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -89,7 +91,7 @@ def emit_cell(module, symbol, steps, target, instance_alignment, kernels, thread
             continue
         _start_block(builder, _block_name(step.name))  # named after it, for readable dumps
         kernel = emit_kernel(step, target, instance_alignment, threads, ctx.externals,
-                             helpers)
+                             helpers, emitted)
         kernels.setdefault(kernel.symbol, kernel.text)
         start = profiler.read() if profiler else None
         _call(ctx, kernel)

@@ -9,6 +9,7 @@ to library calls the JIT cannot resolve, so there the conversions are integer bi
 """
 
 import contextlib
+import functools
 
 import llvmlite.ir as ir
 
@@ -64,7 +65,14 @@ def width_of(value):
 
 
 def const(typ, value):
-    """A constant of scalar or vector type ``typ`` (splatted for vectors)."""
+    """A constant of scalar or vector type ``typ`` (splatted for vectors). Made once for
+    each type and value: constants belong to no function or module, and kernels ask for the
+    same few (zeros, ones, lane indices) thousands of times."""
+    return _constant(typ, value, repr(value))    # (the repr tells -0.0 from 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _constant(typ, value, text):
     if isinstance(typ, ir.VectorType):
         return ir.Constant(typ, [ir.Constant(typ.element, value)] * typ.count)
     return ir.Constant(typ, value)
@@ -159,6 +167,19 @@ def masked_load(builder, ptr, dtype, mask, fill):
     function = _masked_load(builder, memory, [PTR, I32, mask.type, memory])
     value = builder.call(function, [ptr, ir.Constant(I32, dtypes.itemsize(dtype)), mask, fill])
     return _from_memory(builder, value, dtype)
+
+
+def load_lanes(builder, ptr, dtype, width, count):
+    """A vector of ``width`` lanes of ``dtype`` (the compute type) whose first ``count`` are
+    read at ``ptr`` (as :func:`load`); the others are zero and not read, so they may lie past
+    the array (the counterpart of :func:`store_lanes`)."""
+    return masked_load(builder, ptr, dtype, first_lanes(width, count),
+                       const(vector_of(_memory_type(dtype), width), 0))
+
+
+def first_lanes(width, count):
+    """A mask (a constant vector of ``width`` i1) of the first ``count`` lanes."""
+    return ir.Constant(ir.VectorType(I1, width), [lane < count for lane in range(width)])
 
 
 def store_lanes(builder, value, ptr, dtype, count):

@@ -20,11 +20,13 @@ values are part of the text.
 
 import dataclasses
 import hashlib
+import math
 
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil
-from myelin.codegen.llvm.kernels.base import ArgumentContext, EmitContext, inlined
+from myelin.codegen.llvm.kernels.base import (ArgumentContext, EmitContext, inlined,
+                                              inlined_bytes)
 from myelin.errors import CompileError, MyelinError
 
 PREFIX = "myelin.kernel."
@@ -97,14 +99,57 @@ def _named(module, name):
     return symbol, text.replace(f'@"{name}"', f'@"{symbol}"')
 
 
-def emit_kernel(step, target, instance_alignment, threads, externals, helpers):
+def emit_kernel(step, target, instance_alignment, threads, externals, helpers, emitted=None):
     """The :class:`KernelFunction` of ``step`` (its kernel emitted for ``target``, splitting
     work over ``threads``; the worker pool's address goes to ``externals``, its helper
-    functions to ``helpers``)."""
+    functions to ``helpers``). With ``emitted`` (a dict, one for a network's steps), a step
+    whose kernel shares code (:attr:`~myelin.codegen.llvm.kernels.Kernel.shares_code`) with an
+    earlier step of the same :func:`signature` takes that step's function, with arrays of its
+    own kept, and is not emitted again."""
+    arguments = roots(step)
+    key = None
+    if emitted is not None and step.kernel.shares_code:
+        key = signature(step, arguments, instance_alignment)
+        first = emitted.get(key)
+        if first is not None:
+            placed = EmitContext(None, target, None, instance_alignment, threads, externals)
+            return dataclasses.replace(first, roots=arguments,
+                                       kept=step.kernel.kept(placed, step))
+    function = _emit(step, arguments, target, instance_alignment, threads, externals, helpers)
+    if key is not None:
+        emitted[key] = function
+    return function
+
+
+def signature(step, arguments, instance_alignment):
+    """All a kernel that shares code may read of ``step`` (whose kernel function takes the
+    root tensors ``arguments``) as it emits: the kernel, the step's type, attributes, variant
+    and options, and of each tensor its type, which argument holds it, whether its root is a
+    global and of which kind, how that is aligned and may alias the others, and the values of constants
+    compiled into the code. The target, threads and alignment of the instance are the
+    network's."""
+    position = {id(root): index for index, root in enumerate(arguments)}
+    tensors = []
+    for tensor in list(step.inputs) + list(step.outputs):
+        root = tensor.root()
+        var = getattr(root, "var", None)
+        tensors.append((tensor.dtype, tuple(tensor.shape), position.get(id(root)),
+                        tensor is root, root.is_global and root.kind, root.ref,
+                        root.address is None,
+                        root.alignment, var is not None and var.data is not None,
+                        None if root.offset is None else math.gcd(root.offset,
+                                                                  instance_alignment),
+                        inlined_bytes(root)))
+    return (type(step.kernel), step.type, step.variant, tuple(sorted(step.attrs.items())),
+            repr(sorted(step.choice.items())), tuple(tensors),
+            tuple(_may_alias(root, arguments) for root in arguments))
+
+
+def _emit(step, arguments, target, instance_alignment, threads, externals, helpers):
+    """The :class:`KernelFunction` of ``step`` taking ``arguments``, emitted."""
     module = ir.Module(name="kernel")
     irutil.set_target(module, target)
     module.myelin_helpers = helpers
-    arguments = roots(step)
     function = ir.Function(module, kernel_type(len(arguments)), _PLACEHOLDER)
     function.attributes.add("nounwind")
     for argument, root in zip(function.args, arguments):

@@ -30,7 +30,14 @@ INLINE_CONSTANT_BYTES = 64  # constants up to this size are compiled into the co
 
 class Kernel(PlannedKernel):
     """Base class of CPU kernels (see :class:`~myelin.plan.kernel.PlannedKernel`).
-    Subclasses set ``name`` and implement ``emit``."""
+    Subclasses set ``name`` and implement ``emit``.
+
+    A kernel that sets ``shares_code`` emits the same code for steps with the same
+    :func:`~myelin.codegen.llvm.kernelfunc.signature` (it reads the values of no constants but
+    those compiled into the code, and of those it keeps only through ``kept``), so such steps
+    are emitted once."""
+
+    shares_code = False
 
     def choices(self, step, target):
         """Options (dicts, read back from ``step.choice`` by ``emit``) among which the
@@ -43,6 +50,11 @@ class Kernel(PlannedKernel):
 
     def emit(self, ctx, step):
         raise NotImplementedError
+
+    def kept(self, ctx, step):
+        """The arrays ``emit(ctx, step)`` keeps (``ctx.keep``), in the order it first keeps
+        them: for a step whose code is another's (see ``shares_code``)."""
+        return []
 
 
 class EmitContext:

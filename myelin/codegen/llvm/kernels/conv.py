@@ -101,8 +101,8 @@ def outlined(ctx, step, emit):
            tuple(inlined_bytes(t.root()) for t in tensors))
 
     def build(module):
-        symbol = module.get_unique_name("".join(ch if ch.isalnum() else "_"
-                                                for ch in f"{step.type}_{step.name}"))
+        # (named by the op alone: the function is the same code for every step sharing it)
+        symbol = module.get_unique_name(step.type)
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * len(tensors)),
                                symbol)
         function.linkage = "internal"
@@ -142,6 +142,7 @@ class ConvKernel(OutlinedKernel):
     epilogue applied to each vector of outputs before it is stored)."""
 
     name = "Conv"
+    shares_code = True
 
     def supports(self, step, target):
         if step.type == "FusedConv" and fused.epilogue(step) is None:

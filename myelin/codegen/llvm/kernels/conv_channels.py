@@ -67,6 +67,7 @@ class ConvChannelsKernel(Kernel):
     they pass once per block of pixels, the product is bound by reading them)."""
 
     name = "ConvChannels"
+    shares_code = True
 
     def supports(self, step, target):
         if not _GEMM.supports(step, target):
@@ -98,21 +99,33 @@ class ConvChannelsKernel(Kernel):
         return _GEMM.flops(step)
 
     def emit(self, ctx, step):
-        g = conv_ops.geometry(fused_ops.conv_part(step))
-        pixels, taps = math.prod(g.output), g.in_channels * math.prod(g.kernel)
-        dtype = step.outputs[0].dtype
-        epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
-        plan = _Plan(ctx, g.out_channels, pixels, taps, g.batch, dtype, epilogue,
-                     step.choice or _default(ctx.target, pixels))
-        w = step.inputs[1]
-        weights = np.asarray(w.root().var.data).reshape(g.out_channels, taps)
-        packed = pack_constant(weights.T, plan)
+        g, plan = _plan(ctx, step)
+        pixels, taps, dtype = plan.m, plan.k, plan.dtype
+        packed = _packed(step, g, plan)
         # conv_gemm's panels of pixels, one panel of packed taps wide.
         gather = Plan(ctx, g.out_channels, pixels, taps, (g.batch,), dtype, "run",
                       split_rows=False, choice={"vectors": plan.a_width // plan.lanes, "rows": 1})
         ctx.parallel(f"Conv.{step.name}", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _Task(sub, step, g, plan, gather, packed, index).emit(),
                      outline=plan.large)
+
+    def kept(self, ctx, step):
+        return [_packed(step, *_plan(ctx, step))]
+
+
+def _plan(ctx, step):
+    """(geometry, :class:`_Plan`) of a ConvChannels ``step``."""
+    g = conv_ops.geometry(fused_ops.conv_part(step))
+    pixels, taps = math.prod(g.output), g.in_channels * math.prod(g.kernel)
+    epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
+    return g, _Plan(ctx, g.out_channels, pixels, taps, g.batch, step.outputs[0].dtype,
+                    epilogue, step.choice or _default(ctx.target, pixels))
+
+
+def _packed(step, g, plan):
+    """The step's weights, packed for ``plan`` (taps by channel panels)."""
+    weights = np.asarray(step.inputs[1].root().var.data).reshape(g.out_channels, plan.k)
+    return pack_constant(weights.T, plan)
 
 
 class _Plan(Plan):
@@ -181,14 +194,16 @@ class _Task(Task):
         return irutil.element_ptr(b, self.a, self.plan.dtype,
                                   b.add(b.mul(panel, i64(self.plan.k * width)), within))
 
-    def store(self, value, row, column):
-        """Store ``value``, the channels from ``column`` of pixel ``row``, through bias and
-        epilogue, one lane at a time into the planes of the channels."""
+    def store(self, value, row, column, valid):
+        """Store the first ``valid`` lanes of ``value``, the channels from ``column`` of pixel
+        ``row``, through bias and epilogue, one lane at a time into the planes of the
+        channels (the lanes past them are past the channels: nothing there is read)."""
         b, plan = self.b, self.plan
         dtype, lanes = plan.dtype, irutil.width_of(value)
         if self.bias is not None:
-            value = b.fadd(value, irutil.load(b, irutil.element_ptr(b, self.bias, dtype, column),
-                                               dtype, lanes, plan.itemsize))
+            bias = irutil.element_ptr(b, self.bias, dtype, column)
+            value = b.fadd(value, irutil.load(b, bias, dtype, lanes, plan.itemsize)
+                           if valid == lanes else irutil.load_lanes(b, bias, dtype, lanes, valid))
         at = b.add(b.mul(column, i64(self.plane)), row)
         if plan.epilogue is not None:
             extras = []
@@ -201,9 +216,10 @@ class _Task(Task):
                 else:
                     offsets = b.add(irutil.splat(b, at, lanes), ir.Constant(
                         ir.VectorType(irutil.I64, lanes), [k * self.plane for k in range(lanes)]))
-                    extras.append(irutil.gather(b, ptr, dtype, offsets))
+                    extras.append(irutil.gather(b, ptr, dtype, offsets,
+                                                irutil.first_lanes(lanes, valid)))
             (value,) = plan.epilogue.evaluate(b, [value] + extras)
-        for lane in range(lanes):
+        for lane in range(valid):
             element = b.extract_element(value, i64(lane)) if lanes > 1 else value
             irutil.store(b, element, irutil.element_ptr(
                 b, self.c, dtype, b.add(at, i64(lane * self.plane))), dtype, plan.itemsize)

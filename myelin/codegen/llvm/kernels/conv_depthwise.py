@@ -64,6 +64,7 @@ class DepthwiseConvKernel(OutlinedKernel):
     float64."""
 
     name = "ConvDepthwise"
+    shares_code = True
 
     def supports(self, step, target):
         if (step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) != 4

@@ -63,6 +63,7 @@ class ConvGemmKernel(Kernel):
     group (see :func:`_pays`) and depthwise ones never (:mod:`conv_depthwise`)."""
 
     name = "ConvGemm"
+    shares_code = True
 
     def supports(self, step, target):
         if (step.type not in ("Conv", "FusedConv") or not 3 <= len(step.inputs[0].shape) <= 5

@@ -8,6 +8,7 @@ class ElementwiseKernel(Kernel):
     """``out[i] = op(in0[i], in1[i], ...)`` in one vectorized loop nest (name ``<Op>Expr``)."""
 
     name = "Expr"
+    shares_code = True
 
     def supports(self, step, target):
         return (elementwise.supported(step.type) and len(step.outputs) == 1

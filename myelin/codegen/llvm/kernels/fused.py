@@ -193,6 +193,7 @@ class CalculateKernel(Kernel):
     """A ``Calculate`` recipe in one vectorized loop nest (see the module docstring)."""
 
     name = "Calculate"
+    shares_code = True
 
     @staticmethod
     def plan(step):

@@ -198,6 +198,7 @@ class MatMulKernel(Kernel):
     ``FusedMatMul`` (the same with an epilogue)."""
 
     name = "MatMul"
+    shares_code = True
 
     def supports(self, step, target):
         a, b = step.inputs[:2]
@@ -233,14 +234,23 @@ class MatMulKernel(Kernel):
 
     def emit(self, ctx, step):
         plan = Plan.for_matmul(ctx, step)
-        packed = None
-        if plan.packing == "compile":
-            b = step.inputs[1]
-            data = np.asarray(b.root().var.data).reshape(b.shape)
-            packed = pack_constant(np.swapaxes(data, -1, -2) if plan.trans_b else data, plan)
+        packed = _packed(step, plan)
         ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _MatMulTask(sub, step, plan, packed, index).emit(),
                      outline=plan.large)
+
+    def kept(self, ctx, step):
+        packed = _packed(step, Plan.for_matmul(ctx, step))
+        return [] if packed is None else [packed]
+
+
+def _packed(step, plan):
+    """B of a MatMul ``step`` packed at compile time for ``plan``; None unless it is."""
+    if plan.packing != "compile":
+        return None
+    b = step.inputs[1]
+    data = np.asarray(b.root().var.data).reshape(b.shape)
+    return pack_constant(np.swapaxes(data, -1, -2) if plan.trans_b else data, plan)
 
 
 def pack_constant(data, plan):
@@ -507,12 +517,7 @@ class Task:
                 at = b.add(column, irutil.i64(v * lanes))
                 value = b.load(b.gep(tile, [irutil.i64(r * vectors + v)], source_etype=vector),
                                typ=vector)
-                if valid == lanes:
-                    self.store(value, row, at)
-                else:
-                    for lane in range(valid):
-                        self.store(b.extract_element(value, irutil.i64(lane)), row,
-                                    b.add(at, irutil.i64(lane)))
+                self.store(value, row, at, valid)
 
     def a_row(self, i):
         """A pointer to A's row ``i``, the first of a tile."""
@@ -520,16 +525,18 @@ class Task:
         return irutil.element_ptr(b, self.a, self.plan.dtype,
                                   b.mul(ival(i), irutil.i64(self.plan.a_strides()[0])))
 
-    def store(self, value, row, column):
-        """Store ``value`` at C[row, column:column + lanes], through the epilogue if any."""
+    def store(self, value, row, column, valid):
+        """Store the first ``valid`` lanes of ``value`` at C[row, column:column + valid],
+        through the epilogue if any (the lanes past them lie past C's columns: the epilogue's
+        inputs there are not read, nor C written)."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
+        lanes = irutil.width_of(value)
         if self.bias is not None:
             term = irutil.load(b, irutil.element_ptr(b, self.bias, dtype, row), dtype, 1,
                                plan.itemsize)
             value = _add(b, value, irutil.splat(b, term, irutil.width_of(value)))
         if plan.epilogue is not None:
-            lanes = irutil.width_of(value)
             extras = []
             for ptr, (row_stride, column_stride) in self.extras:
                 # Broadcast strides of a dense tensor are 0 or 1 along the columns.
@@ -539,12 +546,17 @@ class Task:
                 if column_stride == 0:
                     extras.append(irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize),
                                                lanes))
+                elif valid < lanes:
+                    extras.append(irutil.load_lanes(b, at, dtype, lanes, valid))
                 else:
                     extras.append(irutil.load(b, at, dtype, lanes, plan.itemsize))
             (value,) = plan.epilogue.evaluate(b, [value] + extras)
         index = b.add(b.mul(row, irutil.i64(plan.n)), column)
-        irutil.store(b, value, irutil.element_ptr(b, self.c, dtype, index), dtype,
-                     plan.itemsize)
+        at = irutil.element_ptr(b, self.c, dtype, index)
+        if valid < lanes:
+            irutil.store_lanes(b, value, at, dtype, valid)
+        else:
+            irutil.store(b, value, at, dtype, plan.itemsize)
 
 
 class Panels(NamedTuple):

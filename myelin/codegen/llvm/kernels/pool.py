@@ -34,6 +34,7 @@ class PoolKernel(OutlinedKernel):
     TYPES = ("MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool",
              "GlobalLpPool")
     name = "Pool"
+    shares_code = True
 
     def supports(self, step, target):
         x = step.inputs[0]
@@ -300,6 +301,7 @@ class LRNKernel(OutlinedKernel):
     """``LRN`` across channels, in vectors over each channel's spatial positions."""
 
     name = "LRN"
+    shares_code = True
 
     def supports(self, step, target):
         return (step.type == "LRN" and len(step.inputs[0].shape) >= 2

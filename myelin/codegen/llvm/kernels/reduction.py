@@ -57,6 +57,7 @@ class ReductionKernel(Kernel):
     """Sum/Product/Max/Min/All/Any/Count/Mean over all axes or the ``axis`` attribute."""
 
     TYPES = ("Sum", "Product", "Max", "Min", "All", "Any", "Count", "Mean")
+    shares_code = True
 
     def supports(self, step, target):
         return (step.type in self.TYPES and len(step.inputs) == 1
