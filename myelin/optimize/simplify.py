@@ -5,7 +5,10 @@
 * ``Identity``, ``Cast`` to the input's type, ``Reshape`` to the input's (known) shape,
   ``Transpose`` by the identity permutation;
 * ``Transpose(Transpose(x))`` becomes one Transpose of ``x``, ``Reshape(Reshape(x))`` one
-  Reshape of ``x``, and ``Cast(Cast(x))`` one Cast of ``x`` when the inner cast is lossless.
+  Reshape of ``x``, and ``Cast(Cast(x))`` one Cast of ``x`` when the inner cast is lossless,
+  or converts integers within its type's range (a quantization's clamped, rounded values) to
+  an integer type and back (so a QuantizeLinear-DequantizeLinear pair fuses into one float
+  computation).
 
 Removed ops are bypassed with :func:`myelin.optimize.cleanup.forward`, so function outputs keep
 their names. A shortened chain leaves its first op to dead code elimination.
@@ -89,12 +92,79 @@ def _cast(flow, op):
     """Cast the source of a lossless Cast directly; remove a Cast to the input's type."""
     changed = False
     inner = _chained(op)
-    if inner is not None and _lossless(inner.inputs[0].dtype, inner.outputs[0].dtype):
+    if inner is not None and (_lossless(inner.inputs[0].dtype, inner.outputs[0].dtype)
+                              or _exact_round_trip(inner, op.outputs[0].dtype)):
         op.replace_input(op.inputs[0], inner.inputs[0])
         changed = True
     if op.inputs[0].dtype == op.outputs[0].dtype:
         return forward(flow, op, [op.inputs[0]]) or changed
     return changed
+
+
+def _exact_round_trip(inner, target):
+    """True if ``inner``, a Cast of float values to an integer type, is followed by a Cast to
+    ``target`` that holds every value of that type, and its input holds integers within the
+    type's range: a clamp ``Minimum(Maximum(v, low), high)`` (either order) of integral ``v``
+    with constant bounds inside the range (a QuantizeLinear's output, which the
+    DequantizeLinear after it converts back). NaN is the exception: its conversion to an
+    integer is undefined, and it stays NaN."""
+    source, middle = inner.inputs[0], inner.outputs[0]
+    if source.dtype not in dtypes.FLOAT_TYPES or middle.dtype in dtypes.FLOAT_TYPES \
+            or not _lossless(middle.dtype, target):
+        return False
+    try:
+        limits = np.iinfo(dtypes.to_numpy(middle.dtype))
+    except (ShapeError, ValueError):          # bool
+        return False
+    return _clamped(source, limits.min, limits.max)
+
+
+def _clamped(value, low, high):
+    """True if ``value`` is ``Minimum(Maximum(v, a), b)`` or ``Maximum(Minimum(v, b), a)`` of
+    an integral ``v``, with constant integral bounds low <= a, b <= high."""
+    outer = value.producer
+    if outer is None or outer.type not in ("Minimum", "Maximum") or len(outer.inputs) != 2:
+        return False
+    inner_type = "Maximum" if outer.type == "Minimum" else "Minimum"
+    for bound, rest in (outer.inputs, outer.inputs[::-1]):
+        inner = rest.producer
+        if not _integral_constant(bound, low, high) or inner is None \
+                or inner.type != inner_type or len(inner.inputs) != 2:
+            continue
+        for other_bound, v in (inner.inputs, inner.inputs[::-1]):
+            if _integral_constant(other_bound, low, high) and _integral(v):
+                return True
+    return False
+
+
+def _integral_constant(value, low, high):
+    """True if ``value`` is a constant of integers in [low, high]."""
+    if not value.constant or value.learnable or value.data is None:
+        return False
+    data = np.asarray(value.data, np.float64)
+    return bool(np.all(np.isfinite(data)) and np.all(data == np.round(data))
+                and np.all((data >= low) & (data <= high)))
+
+
+# Ops whose result is an integer where their operands are (their NaN aside).
+_INTEGRAL_PRESERVING = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Maximum", "Minimum"})
+_ROUNDING = frozenset({"Round", "Floor", "Ceil"})
+
+
+def _integral(value, depth=8):
+    """True if every element of ``value`` is an integer (or NaN or infinite): a rounding, a
+    conversion from an integer type, an integral constant, or sums and products of those."""
+    if value.constant and not value.learnable and value.data is not None:
+        data = np.asarray(value.data, np.float64)
+        return bool(np.all(~np.isfinite(data) | (data == np.round(data))))
+    op = value.producer
+    if op is None or depth == 0:
+        return False
+    if op.type in _ROUNDING:
+        return True
+    if op.type == "Cast":
+        return op.inputs[0].dtype not in dtypes.FLOAT_TYPES
+    return op.type in _INTEGRAL_PRESERVING and all(_integral(x, depth - 1) for x in op.inputs)
 
 
 _RULES = {"Identity": lambda flow, op: forward(flow, op, [op.inputs[0]]),

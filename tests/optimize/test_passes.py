@@ -365,6 +365,32 @@ def test_simplify_algebra_shortens_lossless_cast_chains():
     assert flow.vars["f/e"].producer.inputs[0].name == "f/x"
 
 
+def test_simplify_algebra_drops_a_quantized_round_trip():
+    """A quantization's clamped, rounded values converted to an integer type and back (a
+    QuantizeLinear and the DequantizeLinear after it) need no conversion."""
+    def make(f, rng):
+        x = f.var("x", "float32", [4, 5])
+
+        def clamp(value, low, high):
+            return f.op("Minimum", [f.op("Maximum", [value, np.float32(low)]), np.float32(high)])
+
+        scaled = f.mul(x, f.const(np.float32(40)))
+        q = f.add(f.op("Round", [scaled]), f.const(np.float32(3)))
+        f.cast(f.cast(clamp(q, -128, 127), "int8"), "float32", name="a")      # exact: none
+        f.cast(f.cast(f.op("Maximum", [f.op("Minimum", [q, np.float32(255)]), np.float32(0)]),
+                      "uint8"), "float32", name="b")                           # exact: none
+        f.cast(f.cast(clamp(q, -128, 200), "int8"), "float32", name="c")      # past int8: stay
+        f.cast(f.cast(clamp(scaled, -128, 127), "int8"), "float32", name="d")  # not integral
+        f.cast(f.cast(clamp(q, -128, 127), "int32"), "float16", name="e")     # inexact: stay
+
+    flow = check_pass(make, simplify_algebra, eliminate_dead_code)
+    for name in "ab":
+        assert flow.vars[f"f/{name}"].producer.type in ("Minimum", "Maximum", "Identity")
+    for name in "cde":
+        producer = flow.vars[f"f/{name}"].producer
+        assert producer.type == "Cast" and producer.inputs[0].producer.type == "Cast"
+
+
 def test_removed_ops_keep_function_output_names():
     def make(f, rng):
         x = f.var("x", "float32", [2, 3])
