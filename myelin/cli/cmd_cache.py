@@ -2,8 +2,9 @@
 
 ``list`` checks each entry as a compile would and shows, on one line, why one would not be
 used (damaged, not signed with this cache's key, another format): it is rebuilt on its next
-use; the kernels' entries are counted. ``clear`` removes them too. A directory that is not trusted is said so (a warning) and its entries listed as not
-used."""
+use; the entries of kernel functions (and of the helpers they call) are counted. ``clear``
+removes them too. A directory that is not trusted is said so (a warning) and its entries
+listed as not used."""
 
 import os
 import time

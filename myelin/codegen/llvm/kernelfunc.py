@@ -125,9 +125,9 @@ def signature(step, arguments, instance_alignment):
     """All a kernel that shares code may read of ``step`` (whose kernel function takes the
     root tensors ``arguments``) as it emits: the kernel, the step's type, attributes, variant
     and options, and of each tensor its type, which argument holds it, whether its root is a
-    global and of which kind, how that is aligned and may alias the others, and the values of constants
-    compiled into the code. The target, threads and alignment of the instance are the
-    network's."""
+    global and of which kind, how that is aligned and may alias the others, and the values
+    of constants compiled into the code. The target, threads and alignment of the instance
+    are the network's."""
     position = {id(root): index for index, root in enumerate(arguments)}
     tensors = []
     for tensor in list(step.inputs) + list(step.outputs):
