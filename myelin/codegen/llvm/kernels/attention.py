@@ -105,7 +105,7 @@ class AttentionKernel(Kernel):
         if plan.skv == 0:
             _no_keys(ctx, step, plan)
             return
-        ctx.parallel(f"Attention.{step.name}", step.inputs + step.outputs, plan.tasks,
+        ctx.parallel("Attention", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _Task(sub, step, plan, index).emit(),
                      outline=plan.large)
 
