@@ -110,6 +110,9 @@ def measure(name, folder, cache, mode="myelin", batch=None, timeout=600):
                "--mode", mode] + (["--batch", str(batch)] if batch else [])
     env = dict(os.environ, MYELIN_CACHE_DIR=str(cache))
     env.pop("MYELIN_CACHE", None)
+    # Bytecode as an installed package has it: else every process compiles the modules it
+    # imports while compiling the model (0.2-0.4 s of "import" where this is set).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
