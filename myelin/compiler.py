@@ -249,18 +249,17 @@ class Compiler:
         module text of each kernel function it calls, by symbol."""
         module = ir.Module(name=f"myelin{next(_module_ids)}")
         irutil.set_target(module, target)
-        externals, kernels, emitted = Externals(), {}, {}
+        externals, functions = Externals(), kernelfunc.KernelFunctions(target)
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
         for cell in planned:
             symbol = symbols[cell.name]
-            emit_cell(module, symbol, cell.steps, target, self.alignment, kernels,
+            emit_cell(module, symbol, cell.steps, target, self.alignment, functions,
                       self.threads, externals, counters[symbol],
-                      lambda: self.progress("emit", next(done), total), cell.repeat,
-                      emitted)
+                      lambda: self.progress("emit", next(done), total), cell.repeat)
         self.progress("llvm", 0, 0)
-        return module, externals, kernels
+        return module, externals, functions.texts
 
     # Code generation and the compile cache.
     def _generate(self, planned, symbols, counters, fields, globals_):

@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import irutil
-from myelin.codegen.llvm.kernelfunc import Helpers, emit_kernel, kernel_type
+from myelin.codegen.llvm.kernelfunc import emit_kernel, kernel_type
 from myelin.codegen.llvm.kernels import EmitContext
 from myelin.codegen.llvm.kernels.movement import copy
 from myelin.errors import CompileError
@@ -59,16 +59,15 @@ def read_counter(builder, target):
     return builder.call(function, [])
 
 
-def emit_cell(module, symbol, steps, target, instance_alignment, kernels, threads=1,
-              externals=None, counters=None, on_step=None, repeat=None, emitted=None):
-    """Add the function ``symbol`` computing ``steps`` to ``module``, and the module text of
-    each kernel function it calls (and of their helpers) to ``kernels`` (by symbol); kernels
+def emit_cell(module, symbol, steps, target, instance_alignment, functions, threads=1,
+              externals=None, counters=None, on_step=None, repeat=None):
+    """Add the function ``symbol`` computing ``steps`` to ``module``, and the kernel
+    functions it calls to ``functions`` (one
+    :class:`~myelin.codegen.llvm.kernelfunc.KernelFunctions` for a network's cells); kernels
     may split work over ``threads`` and add the addresses they use (globals, packed weights)
     to ``externals``. ``counters`` (from :func:`profile_counters`) compiles the profiler in;
     ``on_step()`` is called after each step with code is emitted; ``repeat`` (a
-    :class:`~myelin.plan.cell.Repeat`) makes the steps a loop; ``emitted`` (a dict kept over
-    the network's cells) lets steps of the same signature share one emission
-    (:func:`~myelin.codegen.llvm.kernelfunc.emit_kernel`)."""
+    :class:`~myelin.plan.cell.Repeat`) makes the steps a loop."""
     irutil.set_target(module, target)
     function = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR]), symbol)
     instance = function.args[0]
@@ -77,7 +76,6 @@ def emit_cell(module, symbol, steps, target, instance_alignment, kernels, thread
     function.attributes.add("nounwind")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     ctx = EmitContext(builder, target, instance, instance_alignment, threads, externals)
-    helpers = Helpers(target, kernels)
     profiler = None
     if counters is not None:
         base = ctx.externals.pointer(builder, ("counters", symbol), counters.ctypes.data, 8)
@@ -91,8 +89,7 @@ def emit_cell(module, symbol, steps, target, instance_alignment, kernels, thread
             continue
         _start_block(builder, _block_name(step.name))  # named after it, for readable dumps
         kernel = emit_kernel(step, target, instance_alignment, threads, ctx.externals,
-                             helpers, emitted)
-        kernels.setdefault(kernel.symbol, kernel.text)
+                             functions)
         start = profiler.read() if profiler else None
         _call(ctx, kernel)
         if profiler:

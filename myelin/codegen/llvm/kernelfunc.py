@@ -99,25 +99,38 @@ def _named(module, name):
     return symbol, text.replace(f'@"{name}"', f'@"{symbol}"')
 
 
-def emit_kernel(step, target, instance_alignment, threads, externals, helpers, emitted=None):
+class KernelFunctions:
+    """A network's kernel functions as its cells are emitted: the module text of each
+    distinct kernel and helper by symbol (``texts``), the helpers (:class:`Helpers`, built
+    once for all cells) and the functions emitted so far by :func:`signature`."""
+
+    def __init__(self, target):
+        self.texts = {}
+        self.helpers = Helpers(target, self.texts)
+        self.by_signature = {}
+
+
+def emit_kernel(step, target, instance_alignment, threads, externals, functions):
     """The :class:`KernelFunction` of ``step`` (its kernel emitted for ``target``, splitting
-    work over ``threads``; the worker pool's address goes to ``externals``, its helper
-    functions to ``helpers``). With ``emitted`` (a dict, one for a network's steps), a step
-    whose kernel shares code (:attr:`~myelin.codegen.llvm.kernels.Kernel.shares_code`) with an
-    earlier step of the same :func:`signature` takes that step's function, with arrays of its
-    own kept, and is not emitted again."""
+    work over ``threads``; the worker pool's address goes to ``externals``), its text and
+    its helpers' added to ``functions`` (:class:`KernelFunctions`). A step whose kernel shares
+    code (:attr:`~myelin.codegen.llvm.kernels.Kernel.shares_code`) with an earlier step of
+    the same :func:`signature` takes that step's function, with arrays of its own kept, and
+    is not emitted again."""
     arguments = roots(step)
     key = None
-    if emitted is not None and step.kernel.shares_code:
+    if step.kernel.shares_code:
         key = signature(step, arguments, instance_alignment)
-        first = emitted.get(key)
+        first = functions.by_signature.get(key)
         if first is not None:
             placed = EmitContext(None, target, None, instance_alignment, threads, externals)
             return dataclasses.replace(first, roots=arguments,
                                        kept=step.kernel.kept(placed, step))
-    function = _emit(step, arguments, target, instance_alignment, threads, externals, helpers)
+    function = _emit(step, arguments, target, instance_alignment, threads, externals,
+                     functions.helpers)
+    functions.texts.setdefault(function.symbol, function.text)
     if key is not None:
-        emitted[key] = function
+        functions.by_signature[key] = function
     return function
 
 

@@ -49,6 +49,18 @@ def broadcast_strides(shape, out_shape):
                  else own[axis - pad] for axis in range(len(out_shape)))
 
 
+def batch_entry(b, base, dtype, batch, shape, strides):
+    """``base`` (a pointer to elements of ``dtype``) advanced to entry ``batch`` (an i64, in
+    row-major order) of the batch axes ``shape``, by element ``strides`` per axis (0 where a
+    broadcast operand has the axis once)."""
+    total, rest = irutil.i64(0), batch
+    for size, stride in reversed(list(zip(shape, strides))):
+        if stride:
+            total = b.add(total, b.mul(b.urem(rest, irutil.i64(size)), irutil.i64(stride)))
+        rest = b.udiv(rest, irutil.i64(size))
+    return irutil.element_ptr(b, base, dtype, total)
+
+
 def collapse(shape, stride_lists):
     """Drop size-1 dimensions and merge adjacent ones that are contiguous for every operand.
 

@@ -33,7 +33,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin import __version__, cachefiles
-from myelin.codegen.llvm import engine
+from myelin.codegen.llvm import engine, kernelfunc
 from myelin.codegen.llvm.cell import emit_cell
 from myelin.codegen.llvm.externals import Externals
 from myelin.errors import MyelinError
@@ -240,9 +240,10 @@ class _StepCell:
         step = dataclasses.replace(self.step, inputs=self.inputs, outputs=self.outputs,
                                    choice=dict(option))
         module = ir.Module(name=f"tune_{step.name}")
-        externals, kernels = Externals(), {}
-        emit_cell(module, "tune", [step], target, self.alignment, kernels, threads, externals)
-        texts = [str(module)] + list(kernels.values())
+        externals, functions = Externals(), kernelfunc.KernelFunctions(target)
+        emit_cell(module, "tune", [step], target, self.alignment, functions, threads,
+                  externals)
+        texts = [str(module)] + list(functions.texts.values())
         objects, _ = engine.compile_objects(texts, target, [3] * len(texts))
         code = engine.load_objects(objects, target, externals.addresses)
         self.keep += [externals, code]

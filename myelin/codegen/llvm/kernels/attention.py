@@ -121,17 +121,6 @@ def _no_keys(ctx, step, plan):
                                                              value)])
 
 
-def _at(b, base, dtype, batch, shape, strides):
-    """``base`` advanced to batch entry ``batch`` (an i64) of ``shape``, by element
-    ``strides`` per batch axis."""
-    total, rest = irutil.i64(0), batch
-    for size, stride in reversed(list(zip(shape, strides))):
-        if stride:
-            total = b.add(total, b.mul(b.urem(rest, irutil.i64(size)), irutil.i64(stride)))
-        rest = b.udiv(rest, irutil.i64(size))
-    return irutil.element_ptr(b, base, dtype, total)
-
-
 def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
@@ -193,15 +182,16 @@ class _Task:
         def matrix(tensor):
             size = tensor.shape[-2] * tensor.shape[-1]
             strides = loops.broadcast_strides(tensor.shape[:-2], plan.batch)
-            return _at(b, self.ctx.pointer(tensor), plan.dtype, batch, plan.batch,
-                       [s * size for s in strides])
+            return loops.batch_entry(b, self.ctx.pointer(tensor), plan.dtype, batch,
+                                     plan.batch, [s * size for s in strides])
 
         self.q, self.k, self.v, self.out = matrix(q), matrix(k), matrix(v), matrix(out)
         self.biases = []
         scores = plan.batch + (plan.sq, plan.skv)
         for bias in step.inputs[3:]:
             strides = loops.broadcast_strides(bias.shape, scores)
-            base = _at(b, self.ctx.pointer(bias), plan.dtype, batch, plan.batch, strides[:-2])
+            base = loops.batch_entry(b, self.ctx.pointer(bias), plan.dtype, batch, plan.batch,
+                                     strides[:-2])
             self.biases.append((base, strides[-2], strides[-1]))
 
     def _buffers(self):

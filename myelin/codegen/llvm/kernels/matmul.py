@@ -664,14 +664,7 @@ class _MatMulTask(Task):
         c = step.outputs[0]
 
         def at(base, strides):
-            """``base`` advanced by the batch entry's coordinates times ``strides``."""
-            total, rest = irutil.i64(0), batch
-            for size, stride in reversed(list(zip(plan.batch, strides))):
-                if stride:
-                    coordinate = b.urem(rest, irutil.i64(size))
-                    total = b.add(total, b.mul(coordinate, irutil.i64(stride)))
-                rest = b.udiv(rest, irutil.i64(size))
-            return irutil.element_ptr(b, base, plan.dtype, total)
+            return loops.batch_entry(b, base, plan.dtype, batch, plan.batch, strides)
 
         def matrices(tensor, matrix):
             return [s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], plan.batch)]
