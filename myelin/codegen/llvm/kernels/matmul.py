@@ -504,10 +504,10 @@ class Task:
         a = self.a_row(i)
         vector = irutil.vector_of(irutil.compute_type(dtype), lanes)
         tile = irutil.stack_array(b, vector, rows * vectors)
-        kernel = self.ctx.function(
-            ("matmul tile", plan.dtype, plan.k, plan.a_strides(), rows, vectors, lanes, stride),
-            lambda module: _tile_function(module, plan, rows, vectors, lanes, stride))
-        b.call(kernel, [a, source, tile])
+        shape = _TileShape.of(plan, rows, vectors, lanes, stride)
+        kernel = self.ctx.function(("matmul tile",) + shape,
+                                   lambda module: _tile_function(module, shape))
+        b.call(kernel, [a, source, tile, irutil.i64(plan.k), irutil.i64(plan.a_strides()[0])])
         for r in range(rows):
             row = b.add(ival(i), irutil.i64(r))
             for v in range(vectors):
@@ -568,36 +568,57 @@ class Panels(NamedTuple):
     buffer: object
 
 
-def _tile_function(module, plan, rows, vectors, lanes, stride):
-    """A function ``void(ptr a, ptr panel, ptr out)`` storing in ``out`` the ``rows x vectors``
-    sums of A's rows from ``a`` times the panel (rows ``stride`` elements apart) over k.
+class _TileShape(NamedTuple):
+    """What a tile function's code depends on; k and A's row stride are its arguments, so
+    that products differing only there (the layers of a network) share one function."""
+
+    dtype: object
+    rows: int
+    vectors: int
+    lanes: int
+    split: int          # accumulator sets the k loop rotates through
+    blocked: bool       # k may pass one block (K_BLOCK * split): sums added block by block
+    k_stride: int       # elements between A[i, k] and A[i, k + 1]
+    stride: int         # elements between the panel's rows k and k + 1
+    itemsize: int
+
+    @classmethod
+    def of(cls, plan, rows, vectors, lanes, stride):
+        tile = rows * vectors
+        split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
+        return cls(plan.dtype, rows, vectors, lanes, split, plan.k > K_BLOCK * split,
+                   plan.a_strides()[1], stride, plan.itemsize)
+
+
+def _tile_function(module, shape):
+    """A function ``void(ptr a, ptr panel, ptr out, i64 k, i64 a_row_stride)`` storing in
+    ``out`` the ``rows x vectors`` sums of A's rows from ``a`` times the panel over k.
 
     The k loop is a function of its own so that LLVM allocates its registers alone: inline in
     a large task, it may spill accumulators inside the loop."""
-    dtype = plan.dtype
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * 3),
+    dtype, rows, vectors, lanes, split = shape[:5]
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * 3 + [irutil.I64] * 2),
                            module.get_unique_name("matmul.tile"))
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
-    for arg in function.args:
+    for arg in function.args[:3]:
         arg.add_attribute("noalias")
-    a, source, out = function.args
+    a, source, out, k, row_stride = function.args
     b = ir.IRBuilder(function.append_basic_block("entry"))
     acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
     tile = rows * vectors
-    split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
-    row_stride, k_stride = plan.a_strides()
-    a_rows = [irutil.element_ptr(b, a, dtype, r * row_stride) for r in range(rows)]
+    a_rows = [irutil.element_ptr(b, a, dtype, b.mul(row_stride, irutil.i64(r)))
+              for r in range(rows)]
 
     def step(kk, accumulators):
-        b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(stride)))
+        b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(shape.stride)))
         loaded = [irutil.load(b, irutil.element_ptr(b, b_row, dtype, v * lanes), dtype, lanes,
-                              plan.itemsize) for v in range(vectors)]
+                              shape.itemsize) for v in range(vectors)]
         out = []
         for r in range(rows):
-            at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(k_stride)))
-            scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, plan.itemsize), lanes)
+            at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(shape.k_stride)))
+            scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, shape.itemsize), lanes)
             out += [_madd(b, scalar, loaded[v], accumulators[r * vectors + v])
                     for v in range(vectors)]
         return out
@@ -622,9 +643,9 @@ def _tile_function(module, plan, rows, vectors, lanes, stride):
     def out_at(position):
         return b.gep(out, [irutil.i64(position)], source_etype=acc_type)
 
-    main = plan.k - plan.k % split
+    main = b.sub(k, b.urem(k, irutil.i64(split))) if split > 1 else k
     block_k = K_BLOCK * split        # each of the split sets sums K_BLOCK products of a block
-    if main <= block_k:
+    if not shape.blocked:
         sums = sums_over(0, main)
     else:
         # Blocks of k, each summed from zero and added to ``out``: rounding errors grow with
@@ -634,13 +655,13 @@ def _tile_function(module, plan, rows, vectors, lanes, stride):
             b.store(irutil.const(acc_type, 0), out_at(position))
         with irutil.for_range(b, 0, main, block_k, name="kb") as block:
             end = b.add(block, irutil.i64(block_k))
-            end = b.select(b.icmp_signed("<", end, irutil.i64(main)), end, irutil.i64(main))
+            end = b.select(b.icmp_signed("<", end, main), end, main)
             previous = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
             for position, value in enumerate(sums_over(block, end, previous)):
                 b.store(value, out_at(position))
         sums = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
-    if main < plan.k:
-        with irutil.accumulating_loop(b, main, plan.k, sums, name="kr") as loop:
+    if split > 1:
+        with irutil.accumulating_loop(b, main, k, sums, name="kr") as loop:
             loop.set_next(step(loop.index, loop.values))
         sums = loop.results
     for position, value in enumerate(sums):
