@@ -30,6 +30,7 @@ from myelin.codegen.llvm.threads import default_threads
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
+from myelin.codegen.llvm.kernelcache import KernelCache
 from myelin.errors import CompileError, FlowError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
 from myelin.ops import control, registry
@@ -48,6 +49,7 @@ _module_ids = itertools.count()
 _CACHE_OFF = ("0", "off", "no", "false")
 KERNEL_OPT_LEVEL = 3     # LLVM's optimization level for kernel functions
 CELL_OPT_LEVEL = 1       # and for the cell functions, which only call them
+_CELLS = "cells"         # the name of the module of the cell functions in a compilation
 
 
 def _reported(method):
@@ -190,10 +192,10 @@ class Compiler:
         flow, planned, globals_ = self.prepare(flow, target)
         start = time.perf_counter()
         self._place_globals(globals_)
-        module, _, kernels = self._emit_module(planned, *self._symbols(planned), target)
+        module, _, functions = self._emit_module(planned, *self._symbols(planned), target)
         self.timings["emit"] = time.perf_counter() - start
         start = time.perf_counter()
-        code = engine.emit_assembly([str(module)] + list(kernels.values()), target,
+        code = engine.emit_assembly([str(module)] + list(functions.texts.values()), target,
                                     object_file=object_file)
         self.timings["llvm"] = time.perf_counter() - start
         self.progress("done", 0, 0)
@@ -244,12 +246,15 @@ class Compiler:
             counters[symbols[cell.name]] = profile_counters(cell.steps) if self.profile else None
         return symbols, counters
 
-    def _emit_module(self, planned, symbols, counters, target):
+    def _emit_module(self, planned, symbols, counters, target, cache=None, on_text=None):
         """An LLVM module with the function of every planned cell, its externals and the
-        module text of each kernel function it calls, by symbol."""
+        kernel functions it calls (:class:`~myelin.codegen.llvm.kernelfunc.KernelFunctions`,
+        looked up by signature in ``cache``, a KernelCache for ``target``, if given, and
+        each new module text passed to ``on_text``)."""
         module = ir.Module(name=f"myelin{next(_module_ids)}")
         irutil.set_target(module, target)
-        externals, functions = Externals(), kernelfunc.KernelFunctions(target)
+        externals = Externals()
+        functions = kernelfunc.KernelFunctions(target, cache, on_text)
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
@@ -259,7 +264,7 @@ class Compiler:
                       self.threads, externals, counters[symbol],
                       lambda: self.progress("emit", next(done), total), cell.repeat)
         self.progress("llvm", 0, 0)
-        return module, externals, functions.texts
+        return module, externals, functions
 
     # Code generation and the compile cache.
     def _generate(self, planned, symbols, counters, fields, globals_):
@@ -267,45 +272,56 @@ class Compiler:
         ``globals_`` maps each global's name to its placed TensorSpec); returns (code, arrays
         made at compile time)."""
         start = time.perf_counter()
-        module, externals, kernels = self._emit_module(planned, symbols, counters, self.target)
+        # (a dump shows the code of every kernel: none is taken from the cache)
+        cache = None if self.dump else self._kernels()
+        compilation = engine.Compilation(self.target, self.dump, self.threads)
+        early = {}          # the functions found in the cache by symbol as they are emitted
+
+        def compile_ahead(symbol, text):
+            entry = cache and cache.load(symbol)
+            if entry is not None:
+                early[symbol] = entry
+            else:
+                compilation.add(symbol, text, KERNEL_OPT_LEVEL)
+
+        module, externals, functions = self._emit_module(planned, symbols, counters,
+                                                         self.target, cache, compile_ahead)
         self.timings["emit"] += time.perf_counter() - start
 
         start = time.perf_counter()
-        objects = {}
-        cached = self.cache and self.cache.kernels
-        if cached and not self.dump:       # (a dump shows the code of every kernel)
-            for symbol in kernels:
-                entry = cached.load(self._kernel_fields(symbol))
-                # (its code may use only the symbols this network's kernels were made with)
-                if entry is not None and {row[0] for row in entry.symbols} \
-                        <= externals.addresses.keys():
-                    objects[symbol] = entry.object
-        missing = [symbol for symbol in kernels if symbol not in objects]
-        compiled, dumps = engine.compile_objects(
-            [str(module)] + [kernels[symbol] for symbol in missing], self.target,
-            [CELL_OPT_LEVEL] + [KERNEL_OPT_LEVEL] * len(missing), self.dump, self.threads)
-        objects.update(zip(missing, compiled[1:]))
+        objects = dict(functions.found)
+        for symbol, entry in early.items():
+            # (its code may use only the symbols this network's kernels were made with)
+            if {row[0] for row in entry.symbols} <= externals.addresses.keys():
+                objects[symbol] = entry.object
+            else:
+                compilation.add(symbol, functions.texts[symbol], KERNEL_OPT_LEVEL)
+        compilation.add(_CELLS, str(module), CELL_OPT_LEVEL)
+        compiled, dumps = compilation.results(
+            [_CELLS] + [name for name in compilation.modules if name != _CELLS])
+        cells = compiled.pop(_CELLS)
+        objects.update(compiled)
         if self.cache:
             table = externals.table(globals_, counters, self.threads)
-            for symbol in missing if cached else ():
-                cached.store(self._kernel_fields(symbol), objects[symbol], [],
-                             _used(table, objects[symbol]), {"kernel": symbol})
+            for symbol in compiled if cache else ():
+                cache.store(symbol, objects[symbol], _used(table, objects[symbol]))
+            for symbol, (signature, fails) in functions.emitted.items():
+                cache.remember(signature, symbol, fails, objects[symbol],
+                               _used(table, objects[symbol]))
             if fields:
-                self.cache.store(fields, compiled[0], externals.arrays, table,
+                self.cache.store(fields, cells, externals.arrays, table,
                                  {"cells": list(symbols), "steps": _steps_with_code(planned)})
-        code = engine.load_objects([compiled[0]] + [objects[symbol] for symbol in kernels],
+        code = engine.load_objects([cells] + list(objects.values()),
                                    self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
         return code, externals.arrays
 
-    def _kernel_fields(self, symbol):
-        """The fields of the compile cache's key for the kernel function ``symbol``: its
-        symbol names its code (LLVM IR), which LLVM compiles for the target alike whatever
-        network it came from, and whatever myelin made it (but the engine that compiles
-        it)."""
-        return {"format": codecache.FORMAT, "kernel": symbol, "opt_level": KERNEL_OPT_LEVEL,
-                "engine": codecache.engine_fingerprint(), "triple": self.target.triple,
-                "cpu": self.target.cpu, "features": self.target.features}
+    def _kernels(self):
+        """The compile cache's kernel functions for this compile (a
+        :class:`~myelin.codegen.llvm.kernelcache.KernelCache`), or None without a cache."""
+        cached = self.cache and self.cache.kernels
+        return cached and KernelCache(cached, self.target, KERNEL_OPT_LEVEL, self.threads,
+                                      self.alignment)
 
     def _cache_fields(self, flow, planned):
         """The fields of the compile cache's key for ``flow`` planned as ``planned``; None when
@@ -336,8 +352,7 @@ class Compiler:
             for symbol in sorted(elf.undefined_symbols(wanted.pop()) - seen):
                 if symbol.startswith(kernelfunc.PREFIX):
                     seen.add(symbol)
-                    kernel = self.cache.kernels and self.cache.kernels.load(
-                        self._kernel_fields(symbol))
+                    kernel = self._kernels() and self._kernels().load(symbol)
                     if not kernel:
                         log.info("compile cache entry %s calls kernel %s, whose entry is "
                                  "gone; compiling afresh", entry.path, symbol)

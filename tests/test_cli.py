@@ -337,11 +337,12 @@ def test_the_cache_is_used_listed_and_cleared(flow_file, tmp_path, monkeypatch):
     lines = text.splitlines()
     assert status == 0 and lines[0].startswith(f"compile cache {tmp_path / 'code'}: 1 entries")
     entry = r"\s+[0-9a-f]{12}\s+[\d.]+ KiB\s+\d{4}-\d\d-\d\d \d\d:\d\d\s+\S+ \w+\s+4\s+f$"
-    # the 4 steps' kernels and the matrix product's tile helper
-    assert lines[1].startswith("  and the code of 5 kernel and helper functions"), lines[1]
+    # the 4 steps' kernels and the matrix product's tile helper; the 4 kernels by signature
+    assert lines[1].startswith("  and the code of 5 kernel and helper functions and 4 "
+                               "kernels by signature"), lines[1]
     assert re.match(entry, lines[3]), lines[3]       # the guide's 4 steps, cell f
     status, text = run("cache", "clear")
-    assert status == 0 and text.startswith("removed 6 entries")  # the network's, 5 functions'
+    assert status == 0 and text.startswith("removed 10 entries")  # network, 5 + 4 functions
 
     assert run("cache", "list")[1].startswith(f"compile cache {tmp_path / 'code'}: 0 entries")
 

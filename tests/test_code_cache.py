@@ -19,7 +19,7 @@ import myelin
 from jitcheck import relative_error
 from myelin import cachefiles
 from myelin.cli import main as cli_main
-from myelin.codegen.llvm import codecache
+from myelin.codegen.llvm import codecache, kernelfunc
 from myelin.codegen.llvm.codecache import CodeCache, size_limit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -81,6 +81,44 @@ def test_second_compile_loads_the_code_and_binds_its_own_memory(tmp_path, w1):
     assert not np.allclose(np.asarray(first["f/y"]), np.asarray(second["f/y"]))
     check(cold, w1, rng)
     assert len(entries(tmp_path)) == 1
+
+
+def count_emitted(monkeypatch):
+    """The names of the steps whose kernels are emitted from now on (a list that grows)."""
+    emitted, emit = [], kernelfunc._emit
+    monkeypatch.setattr(kernelfunc, "_emit",
+                        lambda step, *args: emitted.append(step.name) or emit(step, *args))
+    return emitted
+
+
+def test_a_network_of_known_kernels_emits_none_of_them(tmp_path, w1, monkeypatch):
+    """Other weights miss the network's entry, but each kernel is found by its signature:
+    none is emitted, and the network computes with its own weights."""
+    rng = np.random.default_rng()
+    compile_mlp(w1, tmp_path)
+    emitted = count_emitted(monkeypatch)
+    other = rng.standard_normal(w1.shape).astype(np.float32)
+    net, timings = compile_mlp(other, tmp_path)
+    assert "emit" in timings and "cache" not in timings and emitted == []
+    check(net, other, rng)
+    myelin.Compiler(cache=tmp_path, threads=1).compile(mlp_flow(other))
+    assert emitted                            # (threads shape the code: new signatures)
+
+
+def test_a_kernel_whose_helper_is_gone_is_emitted_again(tmp_path, w1, monkeypatch):
+    rng = np.random.default_rng()
+    compile_mlp(w1, tmp_path)
+    infos = CodeCache(tmp_path / "kernels").entries()
+    helpers = {name for info in infos for name in info.description.get("helpers", [])}
+    assert helpers                            # (the products' tile functions)
+    for info in infos:
+        if info.description["kernel"] in helpers and "helpers" not in info.description:
+            os.remove(info.path)
+    emitted = count_emitted(monkeypatch)
+    other = rng.standard_normal(w1.shape).astype(np.float32)
+    net, _ = compile_mlp(other, tmp_path)
+    assert emitted
+    check(net, other, rng)
 
 
 def test_any_change_of_content_or_options_misses(tmp_path, w1):

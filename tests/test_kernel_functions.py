@@ -49,13 +49,13 @@ def weights():
 def compiled(monkeypatch):
     """The number of modules each compile hands LLVM (cells' and kernels'), as a list."""
     counts = []
-    compile_objects = engine.compile_objects
+    results = engine.Compilation.results
 
-    def counting(texts, *args, **kwargs):
-        counts.append(len(texts))
-        return compile_objects(texts, *args, **kwargs)
+    def counting(compilation, *args, **kwargs):
+        counts.append(len(compilation.modules))
+        return results(compilation, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "compile_objects", counting)
+    monkeypatch.setattr(engine.Compilation, "results", counting)
     return counts
 
 

@@ -35,9 +35,11 @@ def list_command(args, out):
     kernels = cache.kernels.entries() if os.path.isdir(os.path.join(cache.directory, KERNELS)) \
         and cache.kernels else []
     if kernels:
-        print(f"  and the code of {len(kernels)} kernel and helper functions, "
-              f"{_size(sum(info.size for info in kernels))}, in {cache.kernels.directory}",
-              file=out)
+        # (an entry by signature is a kernel's code kept again under what it computes)
+        signed = sum("helpers" in (info.description or {}) for info in kernels)
+        print(f"  and the code of {len(kernels) - signed} kernel and helper functions and "
+              f"{signed} kernels by signature, {_size(sum(info.size for info in kernels))}, "
+              f"in {cache.kernels.directory}", file=out)
     if not entries:
         return
     print(f"  {'key':<12}  {'size':>9}  {'last used':<16}  {'machine':<16}  {'steps':>5}  "

@@ -13,8 +13,10 @@ cache's ``kernels`` directory (:attr:`CodeCache.kernels`, guarded and pruned ali
 its symbol (which names its LLVM IR), the target and the engine that compiled it
 (:func:`engine_fingerprint`), but not the network nor myelin's other code: a network made of
 kernels compiled before, for any network, links their code and compiles only the rest. A
-network's entry holds the code of its cells, which call the kernel functions; it is used
-only when the entry of every kernel it calls is there too.
+kernel that shares code has a second entry, found by its step's signature, so that it is
+not even emitted (:mod:`myelin.codegen.llvm.kernelcache`). A network's entry holds the code
+of its cells, which call the kernel functions; it is used only when the entry of every
+kernel it calls is there too.
 
 An entry is one file, ``<key>.code``, in the signed frame of every cache
 (:func:`myelin.cachefiles.write_signed`: a magic number, the format version, the length of a
@@ -105,6 +107,7 @@ class Entry:
     object: bytes
     arrays: list
     symbols: list         # [(symbol, key, size)], as in Externals.table()
+    description: dict     # as stored (see :func:`_check`)
 
 
 @dataclasses.dataclass
@@ -305,7 +308,8 @@ class CodeCache:
                       [_array(payload, dtype, shape, offset)
                        for (dtype, shape), offset in zip(header["arrays"], offsets)],
                       [(symbol, tuple(key), nbytes)
-                       for symbol, key, nbytes in header["symbols"]])
+                       for symbol, key, nbytes in header["symbols"]],
+                      header["description"])
         bound = {symbol for symbol, _, _ in entry.symbols}
         for name in elf.undefined_symbols(entry.object) - bound:
             if name.startswith(kernelfunc.PREFIX):
@@ -354,8 +358,11 @@ def _check(header, size):
     _expect(isinstance(fields, dict) and all(isinstance(fields.get(name), str)
                                              for name in _MACHINE), "key")
     _expect(isinstance(description, dict)
-            and description.keys() <= {"cells", "steps", "kernel"}
+            and description.keys() <= {"cells", "steps", "kernel", "fails", "helpers"}
             and isinstance(description.get("kernel", ""), str)
+            and isinstance(description.get("fails", False), bool)
+            and isinstance(description.get("helpers", []), list)
+            and all(isinstance(name, str) for name in description.get("helpers", []))
             and _count(description.get("steps", 0))
             and isinstance(description.get("cells", []), list)
             and all(isinstance(cell, str) for cell in description.get("cells", [])),

@@ -128,30 +128,52 @@ def compile_objects(texts, target, opt_levels, dump=False, workers=1):
     ``dumps`` holds "llvm" (optimized IR text) and "asm" of every module when ``dump`` is set
     or the environment asks for them (then they are also printed to stderr).
     """
-    want = {"llvm": dump or os.environ.get("MYELIN_DUMP_LLVM"),
-            "asm": dump or os.environ.get("MYELIN_DUMP_ASM")}
+    compilation = Compilation(target, dump, workers)
+    # The largest first, so that no thread is left with a large one at the end.
+    for index in sorted(range(len(texts)), key=lambda i: -len(texts[i])):
+        compilation.add(index, texts[index], opt_levels[index])
+    done, dumps = compilation.results(range(len(texts)))
+    return [done[index] for index in range(len(texts))], dumps
 
-    def one(index):
-        machine = target.machine(opt=3)
-        parsed = parse(texts[index], f"module {index}")
-        optimize(parsed, machine, opt_levels[index])
-        dumped = {"llvm": str(parsed) if want["llvm"] else None,
-                  "asm": _emit(machine, parsed, False) if want["asm"] else None}
+
+class Compilation:
+    """Modules compiled as they are added, on the process's ``workers`` compile threads
+    (where more than one: the caller goes on, emitting the next module, while LLVM, which
+    releases the GIL, compiles the ones before), gathered by :meth:`results`; ``dump`` as
+    for :func:`compile_objects`."""
+
+    def __init__(self, target, dump=False, workers=1):
+        self.target = target
+        self.want = {"llvm": dump or os.environ.get("MYELIN_DUMP_LLVM"),
+                     "asm": dump or os.environ.get("MYELIN_DUMP_ASM")}
+        self.pool = _compile_pool(workers) if workers > 1 else None
+        self.modules = {}          # name -> a future, or (text, opt_level) to compile here
+
+    def add(self, name, text, opt_level):
+        """Compile the module ``text`` at ``opt_level``; its object file will be ``name``'s."""
+        work = (text, opt_level)
+        self.modules[name] = self.pool.submit(self._compile, name, *work) if self.pool \
+            else work
+
+    def _compile(self, name, text, opt_level):
+        machine = self.target.machine(opt=3)
+        parsed = parse(text, f"module {name}")
+        optimize(parsed, machine, opt_level)
+        dumped = {"llvm": str(parsed) if self.want["llvm"] else None,
+                  "asm": _emit(machine, parsed, False) if self.want["asm"] else None}
         return _emit(machine, parsed, True), dumped
 
-    # The largest first, so that no thread is left with a large one at the end.
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    if workers > 1 and len(texts) > 1:
-        done = dict(zip(order, _compile_pool(workers).map(one, order)))
-    else:
-        done = {index: one(index) for index in order}
-    objects = [done[index][0] for index in range(len(texts))]
-    dumps = {kind: "\n".join(done[index][1][kind] for index in range(len(texts)))
-             for kind, wanted in want.items() if wanted}
-    for kind in dumps:
-        if os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
-            print(dumps[kind], file=sys.stderr)
-    return objects, dumps
+    def results(self, order=None):
+        """(the object file of each module by name, and the dumps of the modules in
+        ``order``, by default as added)."""
+        done = {name: work.result() if self.pool else self._compile(name, *work)
+                for name, work in self.modules.items()}
+        dumps = {kind: "\n".join(done[name][1][kind] for name in order or done)
+                 for kind, wanted in self.want.items() if wanted}
+        for kind in dumps:
+            if os.environ.get(f"MYELIN_DUMP_{kind.upper()}"):
+                print(dumps[kind], file=sys.stderr)
+        return {name: result[0] for name, result in done.items()}, dumps
 
 
 _pools = {}

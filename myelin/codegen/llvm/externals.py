@@ -58,6 +58,13 @@ class Externals:
             variable.type = irutil.PTR    # used as an opaque ptr, as kernels expect
         return variable
 
+    def adopt(self, table, addresses):
+        """Take the symbols of ``table`` (rows of :meth:`table`, of code compiled before) at
+        ``addresses`` (from :func:`rebind`), for code loaded beside this module's."""
+        for name, key, _ in table:
+            self._keys.setdefault(name, tuple(key))
+            self.addresses.setdefault(name, addresses[name])
+
     def keep(self, builder, array):
         """A ptr to the first element of ``array`` (made at compile time, kept as long as the
         code: it becomes ``("array", index)``)."""

@@ -60,12 +60,12 @@ class Helpers:
     """The helper functions of kernel functions (:meth:`EmitContext.function
     <myelin.codegen.llvm.kernels.EmitContext.function>`: a matrix product's tile, an outlined
     convolution), each built once for all kernels, in a module of its own named by its IR as a
-    kernel's is (its text added to ``texts``, by symbol), and declared in the module of each
-    kernel that calls it."""
+    kernel's is (``add(symbol, text)`` is called with each), and declared in the module of
+    each kernel that calls it."""
 
-    def __init__(self, target, texts):
+    def __init__(self, target, add):
         self.target = target
-        self.texts = texts
+        self.add = add
         self._made = {}           # key -> (symbol, the function as built)
 
     def declare(self, module, key, build):
@@ -77,7 +77,7 @@ class Helpers:
             function = build(own)
             function.linkage = ""
             symbol, text = _named(own, function.name)
-            self.texts.setdefault(symbol, text)
+            self.add(symbol, text)
             made = self._made[key] = (symbol, function)
         symbol, function = made
         declared = module.globals.get(symbol)
@@ -102,12 +102,30 @@ def _named(module, name):
 class KernelFunctions:
     """A network's kernel functions as its cells are emitted: the module text of each
     distinct kernel and helper by symbol (``texts``), the helpers (:class:`Helpers`, built
-    once for all cells) and the functions emitted so far by :func:`signature`."""
+    once for all cells) and the functions so far by :func:`signature`.
 
-    def __init__(self, target):
+    With a ``cache`` (:class:`~myelin.codegen.llvm.kernelcache.KernelCache`), a kernel that
+    shares code is first looked up there by signature: found, it is not emitted, and its
+    machine code and its helpers' are in ``found`` (by symbol) instead of ``texts``; the
+    signature of each one emitted is in ``emitted`` (by symbol), to be kept once compiled.
+    ``on_text(symbol, text)``, if given, is called with each new text as it is made (to
+    compile it while the next is emitted)."""
+
+    def __init__(self, target, cache=None, on_text=None):
         self.texts = {}
-        self.helpers = Helpers(target, self.texts)
+        self.helpers = Helpers(target, self.add)
         self.by_signature = {}
+        self.cache = cache
+        self.found = {}
+        self.emitted = {}
+        self.on_text = on_text
+
+    def add(self, symbol, text):
+        """Record the module ``text`` of the function ``symbol`` (once)."""
+        if symbol not in self.texts:
+            self.texts[symbol] = text
+            if self.on_text:
+                self.on_text(symbol, text)
 
 
 def emit_kernel(step, target, instance_alignment, threads, externals, functions):
@@ -121,16 +139,32 @@ def emit_kernel(step, target, instance_alignment, threads, externals, functions)
     key = None
     if step.kernel.shares_code:
         key = signature(step, arguments, instance_alignment)
-        first = functions.by_signature.get(key)
+        first = functions.by_signature.get(key) or _cached(key, functions, externals)
         if first is not None:
             placed = EmitContext(None, target, None, instance_alignment, threads, externals)
             return dataclasses.replace(first, roots=arguments,
                                        kept=step.kernel.kept(placed, step))
     function = _emit(step, arguments, target, instance_alignment, threads, externals,
                      functions.helpers)
-    functions.texts.setdefault(function.symbol, function.text)
+    functions.add(function.symbol, function.text)
     if key is not None:
         functions.by_signature[key] = function
+        if functions.cache is not None:
+            functions.emitted.setdefault(function.symbol, (key, function.fails))
+    return function
+
+
+def _cached(key, functions, externals):
+    """The kernel function of signature ``key`` found in ``functions.cache`` (its code and
+    its helpers' added to ``functions.found``, its external symbols to ``externals``), or
+    None."""
+    found = functions.cache and functions.cache.find(key)
+    if not found:
+        return None
+    functions.found.update(found.objects)
+    externals.adopt(found.symbols, found.addresses)
+    function = KernelFunction(found.symbol, None, None, None, found.fails)
+    functions.by_signature[key] = function
     return function
 
 

@@ -256,11 +256,15 @@ def _packed(step, plan):
 def pack_constant(data, plan):
     """The constant matrices ``data`` [batch..., k, n] in panels, [batch..., panel, k, width] of
     ``plan``'s dtype, zero-padded past column n."""
-    data = np.asarray(data).astype(dtypes.to_numpy(plan.dtype))
-    pad = plan.panels * plan.width - plan.n
-    data = np.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, pad)])
-    data = data.reshape(data.shape[:-1] + (plan.panels, plan.width))
-    return np.ascontiguousarray(np.moveaxis(data, -2, -3))
+    data = np.asarray(data)
+    *batch, k, n = data.shape
+    packed = np.zeros((*batch, plan.panels, k, plan.width), dtypes.to_numpy(plan.dtype))
+    full, width = n // plan.width, plan.width      # (one pass: converted as it is copied)
+    packed[..., :full, :, :] = np.swapaxes(
+        data[..., :full * width].reshape(*batch, k, full, width), -2, -3)
+    if full < plan.panels:
+        packed[..., full, :, :n - full * width] = data[..., full * width:]
+    return packed
 
 
 class Task:
