@@ -36,6 +36,7 @@ from myelin.flow import dtypes, fileformat
 from myelin.ops import control, registry
 from myelin.plan import memory
 from myelin.plan.assign import fold_assigns
+from myelin.plan.concat import fold_concats
 from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat, Step,
                               TensorSpec)
 from myelin.plan.kernel import EMPTY
@@ -416,7 +417,7 @@ class Compiler:
         sizes = None
         if all(step.kernel is not None for step in steps):
             if not looping:     # (a value computed once could not stand for an Assign per round)
-                steps = fold_assigns(steps)
+                steps = fold_concats(fold_assigns(steps))
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
             limits.check(sizes[0], f"the instance of cell {func.name}")
         repeat = self._repeat(func.name, tensors, start) if looping else None

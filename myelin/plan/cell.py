@@ -35,6 +35,11 @@ class TensorSpec:
     # The tensor lives in another's bytes: a view made without code, or a value its producer
     # writes straight into the target of an Assign (myelin.plan.assign).
     view_of: "TensorSpec | None" = None
+    # The tensor is a part of another's bytes, ``slice_offset`` bytes in: an input of a
+    # Concat that its producer writes straight into its place in the output
+    # (myelin.plan.concat). Unlike a view, code addresses it as a tensor of its own.
+    slice_of: "TensorSpec | None" = None
+    slice_offset: int = 0
     ref: bool = False              # the instance holds a pointer to the elements (inputs only)
 
     @property
@@ -69,6 +74,17 @@ class TensorSpec:
         while tensor.view_of is not None:
             tensor = tensor.view_of
         return tensor
+
+    def owner(self):
+        """(the tensor that owns this one's storage, following views and slices, and this
+        one's byte offset in it)."""
+        tensor, offset = self, 0
+        while tensor.view_of is not None or tensor.slice_of is not None:
+            if tensor.view_of is not None:
+                tensor = tensor.view_of
+            else:
+                tensor, offset = tensor.slice_of, offset + tensor.slice_offset
+        return tensor, offset
 
     def type_string(self):
         if not self.shape:

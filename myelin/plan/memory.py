@@ -2,7 +2,8 @@
 
 Inputs and outputs of a cell keep their own space for the whole call (the caller writes the
 one and reads the other). A local tensor lives from the step that writes it to the last step
-that reads it (views extend the range of the tensor they view); in a cell that loops from
+that reads it (views and slices extend the range of the tensor they are part of, and take
+their place in it); in a cell that loops from
 step ``loop_start`` on, a tensor written before that step and read in the loop lives to the
 end. Locals are placed first-fit,
 in order of first use, into space freed by tensors whose range has ended, and an element-wise
@@ -17,19 +18,19 @@ def _align(value, alignment):
 
 
 def live_ranges(steps, tensors, loop_start=None):
-    """Set ``first``/``last`` step indices on every instance tensor (views count for their
-    root; see the module for ``loop_start``)."""
+    """Set ``first``/``last`` step indices on every instance tensor (views and slices count
+    for their owner; see the module for ``loop_start``)."""
     for tensor in tensors:
         tensor.first, tensor.last = -1, -1
     end = len(steps)
     for index, step in enumerate(steps):
         for tensor in step.inputs + step.outputs:
-            root = tensor.root()
+            root = tensor.owner()[0]
             if root.first < 0:
                 root.first = index
             root.last = max(root.last, index)
     for tensor in tensors:
-        root = tensor.root()
+        root = tensor.owner()[0]
         if tensor.kind in (INPUT, OUTPUT):
             root.first, root.last = 0, end
         elif loop_start is not None and root.first < loop_start <= root.last:
@@ -82,7 +83,7 @@ def plan(steps, tensors, reuse=True, loop_start=None):
     output can take over.
     """
     live_ranges(steps, tensors, loop_start)
-    owners = [t for t in tensors if t.in_instance and t.view_of is None]
+    owners = [t for t in tensors if t.in_instance and t.owner()[0] is t]
     unshared_size = 0
     for tensor in owners:
         unshared_size = _align(unshared_size, tensor.alignment) + tensor.instance_bytes
@@ -102,7 +103,13 @@ def plan(steps, tensors, reuse=True, loop_start=None):
 
     for index, step in enumerate(steps):
         for position, output in enumerate(step.outputs):
-            if output.view_of is not None or id(output) in placed or output.kind != LOCAL:
+            owner = output.owner()[0]
+            if owner is not output:       # a view or slice: its owner's space, placed now
+                if owner.kind == LOCAL and id(owner) not in placed:
+                    owner.offset = allocator.allocate(max(owner.size, 1), owner.alignment)
+                    placed.add(id(owner))
+                continue
+            if id(output) in placed or output.kind != LOCAL:
                 continue
             donor = _inplace_donor(step, position, index) if reuse else None
             if donor is not None:
@@ -122,8 +129,9 @@ def plan(steps, tensors, reuse=True, loop_start=None):
         if id(tensor) not in placed:
             tensor.offset = allocator.allocate(max(tensor.size, 1), tensor.alignment)
     for tensor in tensors:
-        if tensor.view_of is not None and tensor.root().in_instance:
-            tensor.offset = tensor.root().offset
+        owner, offset = tensor.owner()
+        if owner is not tensor and owner.in_instance:
+            tensor.offset = owner.offset + offset
     return allocator.top, unshared_size
 
 
@@ -134,9 +142,8 @@ def _inplace_donor(step, position, index):
     output = step.outputs[0]
     for input_index in step.kernel.inplace(step):
         candidate = step.inputs[input_index]
-        root = candidate.root()
-        if (root is candidate and candidate.kind == LOCAL and candidate.last == index
-                and candidate.size == output.size and candidate.alignment >= output.alignment
+        if (candidate.owner()[0] is candidate and candidate.kind == LOCAL
+                and candidate.last == index and candidate.size == output.size and candidate.alignment >= output.alignment
                 and candidate.offset is not None
                 and sum(1 for t in step.inputs if t is candidate) == 1):
             return candidate

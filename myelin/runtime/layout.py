@@ -2,13 +2,13 @@
 
 The format follows the Myelin guide: a header with the instance size, one line per instance
 tensor (offset, size, alignment; tensors sharing space are printed as ``union`` under the
-tensor whose space they use), the globals the cell reads, then ``out = Kernel[variant](in)``
+tensor whose space they use, the inputs of a Concat written in place as ``slice``), the globals the cell reads, then ``out = Kernel[variant](in)``
 for each step, with a fused op's recipe as a comment.
 """
 
 
 def _tensor_line(spec, indent, word):
-    where = f"offset {spec.root().offset} " if spec.root().offset is not None else ""
+    where = f"offset {spec.offset} " if spec.offset is not None else ""
     return (f"{indent}{word} {spec.name}: {spec.type_string()}".ljust(44)
             + f"  // {where}size {spec.size} alignment {spec.alignment}")
 
@@ -17,12 +17,11 @@ def describe(cell):
     saved = cell.unshared_size - cell.instance_size
     lines = [f"cell {cell.name} {{  // size {cell.instance_size} "
              f"({cell.unshared_size} without reuse, {saved} saved)"]
-    owners = [t for t in cell.tensors if t.view_of is None and t.shares is None]
+    owners = [t for t in cell.tensors if _owner(t) is t]
     owners.sort(key=lambda t: (t.offset, t.name))
     sharing = {}
     for spec in cell.tensors:
-        partner = spec.view_of or spec.shares
-        if partner is not None:
+        if _owner(spec) is not spec:
             sharing.setdefault(id(_owner(spec)), []).append(spec)
     for spec in owners:
         word = {"input": "input var", "output": "output var"}.get(spec.kind, "var")
@@ -30,7 +29,8 @@ def describe(cell):
             word = "input output var"
         lines.append(_tensor_line(spec, "  ", word))
         for other in sharing.get(id(spec), []):
-            lines.append(_tensor_line(other, "    ", "union"))
+            word = "union" if other.slice_of is None else "slice"
+            lines.append(_tensor_line(other, "    ", word))
     globals_seen = []
     for step in cell.steps:
         for tensor in step.inputs + step.outputs:
@@ -61,6 +61,6 @@ def describe(cell):
 
 def _owner(spec):
     """The tensor that owns the space ``spec`` uses."""
-    while spec.view_of is not None or spec.shares is not None:
-        spec = spec.view_of or spec.shares
+    while spec.view_of is not None or spec.shares is not None or spec.slice_of is not None:
+        spec = spec.view_of or spec.shares or spec.slice_of
     return spec
