@@ -114,7 +114,12 @@ def _matmul_cases(m, k, n):
         ("@0=Add(Add(%0,%1),%2)", {}, [(2, m, k), (2, k, n), (n,), (2, m, n)]),
         ("@0=Maximum(Add(%0,%1),%2)", {"transpose_b": True},
          [(3, m, k), (n, k), (m, n), (3, 1, 1)]),
+        (GELU, {}, [(m, k), (k, n), (n,), (), (), ()]),
     ]
+
+
+# A costly epilogue (GELU with erf, after a bias), which the kernels call as a function.
+GELU = "$0=Add(%0,%1);@0=Mul(Mul($0,Add(Erf(Mul($0,%2)),%3)),%4)"
 
 
 @pytest.mark.parametrize("features", PRESETS)
@@ -131,6 +136,17 @@ def test_fused_matmul(dtype, features):
     net = run_and_compare(flow, _inputs(flow, ranges, dtype, np.random.default_rng()),
                           TOLERANCE[dtype], features)
     assert _kernels(net, flow) == {"FusedMatMul"}
+
+
+@pytest.mark.parametrize("expr, extras, called", [(GELU, [(127,), (), (), ()], True),
+                                                   ("@0=Relu(Add(%0,%1))", [(127,)], False)])
+def test_a_costly_epilogue_is_compiled_once_and_called(expr, extras, called):
+    flow = myelin.Flow()
+    shapes = [(9, 33), (33, 127)] + extras
+    _fused(flow, "f", "FusedMatMul", [(f"x{i}", "float32", shape)
+                                      for i, shape in enumerate(shapes)], {"expr": expr})
+    net = myelin.Compiler(cache=False, dump=True).compile(flow)
+    assert ("@epilogue" in net.dumps["llvm"]) == called      # (inlined and gone otherwise)
 
 
 def test_unsupported_calculate_is_rejected():

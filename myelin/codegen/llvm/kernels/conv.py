@@ -300,7 +300,7 @@ class ConvKernel(OutlinedKernel):
                                               dtype, width) if full
                                   else irutil.splat(b, irutil.load(b, e, dtype), width)
                                   for e, full in extras]
-                        (value,) = epilogue.evaluate(b, [value] + values)
+                        value = epilogue.apply(b, [value] + values)
                     irutil.store(b, value, irutil.element_ptr(b, ptrs["y"], dtype, ival(at)),
                                  dtype)
 

@@ -218,7 +218,7 @@ class _Task(Task):
                         ir.VectorType(irutil.I64, lanes), [k * self.plane for k in range(lanes)]))
                     extras.append(irutil.gather(b, ptr, dtype, offsets,
                                                 irutil.first_lanes(lanes, valid)))
-            (value,) = plan.epilogue.evaluate(b, [value] + extras)
+            value = plan.epilogue.apply(b, [value] + extras)
         for lane in range(valid):
             element = b.extract_element(value, i64(lane)) if lanes > 1 else value
             irutil.store(b, element, irutil.element_ptr(

@@ -259,7 +259,7 @@ class _Piece:
                           else irutil.splat(b, irutil.load(b, self.ctx.pointer(e), dtype),
                                             s.lanes)
                           for e in extras]
-                (value,) = epilogue.evaluate(b, [value] + values)
+                value = epilogue.apply(b, [value] + values)
             target = irutil.element_ptr(b, self.ctx.pointer(y), dtype, at)
             if count is None:
                 irutil.store(b, value, target, dtype)

@@ -10,6 +10,7 @@ accumulator, a scalar loop for the remainder, a horizontal reduction and one sto
 
 import weakref
 
+import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
@@ -22,6 +23,7 @@ from myelin.ops import registry
 from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType, first_extra
 from myelin.ops.reduction import identity, mean_scale, reduced_axes
 
+INLINE_MOST = 48      # instructions of an epilogue inlined at each store; more are called
 DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64")
 
@@ -92,6 +94,32 @@ class TypedRecipe:
             if target.kind == "@":
                 outputs[target.index] = values[target]
         return [outputs[k] for k in range(len(outputs))]
+
+    def apply(self, builder, inputs):
+        """The one output of an epilogue on ``inputs`` (compute-type values of one width), by
+        a call of a function of the module that evaluates it, emitted once for these types.
+
+        A product's or convolution's kernel stores each of a tile's vectors through its
+        epilogue, in several variants of the tile: inline, a GELU's erf or a quantization's
+        rounding was emitted, optimized and compiled a hundred times in one kernel. A cheap
+        epilogue (a bias and ReLU: at most ``INLINE_MOST`` instructions) is still inlined at
+        every store; a costly one is compiled once and called."""
+        functions = builder.module.__dict__.setdefault("myelin_epilogues", {})
+        types = tuple(value.type for value in inputs)
+        function = functions.get((id(self), types))
+        if function is None:
+            module = builder.module
+            function = ir.Function(module, ir.FunctionType(types[0], types),
+                                   module.get_unique_name("epilogue"))
+            function.linkage = "internal"
+            function.attributes.add("nounwind")
+            body = ir.IRBuilder(function.append_basic_block("entry"))
+            (result,) = self.evaluate(body, list(function.args))
+            body.ret(result)
+            costly = sum(len(block.instructions) for block in function.blocks) > INLINE_MOST
+            function.attributes.add("noinline" if costly else "alwaysinline")
+            functions[(id(self), types)] = function
+        return builder.call(function, inputs)
 
 
 _EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRecipe or None

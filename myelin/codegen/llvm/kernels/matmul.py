@@ -554,7 +554,7 @@ class Task:
                     extras.append(irutil.load_lanes(b, at, dtype, lanes, valid))
                 else:
                     extras.append(irutil.load(b, at, dtype, lanes, plan.itemsize))
-            (value,) = plan.epilogue.evaluate(b, [value] + extras)
+            value = plan.epilogue.apply(b, [value] + extras)
         index = b.add(b.mul(row, irutil.i64(plan.n)), column)
         at = irutil.element_ptr(b, self.c, dtype, index)
         if valid < lanes:
