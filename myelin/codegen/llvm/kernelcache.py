@@ -87,9 +87,10 @@ class KernelCache:
         gone, or an external symbol it uses that this compile does not bind)."""
         fields = self.signature_fields(signature)
         entry = fields and self.cache.load(fields)
-        if not entry or not isinstance(entry.description.get("helpers"), list):
+        symbol = entry and entry.description.get("kernel")
+        if not symbol or not isinstance(entry.description.get("helpers"), list):
             return None
-        objects = {entry.description["kernel"]: entry.object}
+        objects = {symbol: entry.object}
         for helper in entry.description["helpers"]:
             found = self.load(helper)
             if found is None or found.symbols:
@@ -99,8 +100,8 @@ class KernelCache:
             addresses = externals.rebind(entry.symbols, {}, [], {}, self.threads)
         except KeyError:
             return None
-        return Found(entry.description["kernel"], bool(entry.description.get("fails")),
-                     objects, entry.symbols, addresses)
+        return Found(symbol, bool(entry.description.get("fails")), objects, entry.symbols,
+                     addresses)
 
     def remember(self, signature, symbol, fails, object_bytes, symbols):
         """Keep ``symbol``'s machine code under ``signature`` as well, with the helpers it
