@@ -12,7 +12,8 @@ Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
 import importlib
 
 from myelin.errors import (CompileError, DeviceError, FlowError, FlowFormatError, InputError,
-                           MyelinError, ShapeError, UnsupportedOpError, UnsupportedTypeError)
+                           MyelinError, SerializationError, ShapeError, UnsupportedOpError,
+                           UnsupportedTypeError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
 from myelin.flow.builder import Builder
 from myelin import reference
@@ -24,6 +25,22 @@ __version__ = "0.1.0"
 # Subpackages that `import myelin` gives on first use (`myelin.control.compile(flow)`), so that
 # importing myelin does not load LLVM, ONNX or TensorFlow.
 _LAZY_MODULES = {"control", "cuda", "onnx", "optimize", "tf", "train"}
+
+
+def save(value, path):
+    """Write a compiled model (a Network, an ONNX model or a control-flow Program) to the
+    file ``path``; :func:`load` loads it in another process without compiling (see
+    :mod:`myelin.runtime.serialize`)."""
+    from myelin.runtime import serialize
+    serialize.save(value, path)
+
+
+def load(path):
+    """The compiled model saved in the file ``path`` by :func:`save` (or a ``save`` method):
+    a Network, an OnnxModel or a Program. SerializationError if the file is not one, is
+    damaged or truncated, or its code needs CPU features this machine lacks."""
+    from myelin.runtime import serialize
+    return serialize.load(path)
 
 
 def __getattr__(name):

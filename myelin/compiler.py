@@ -43,6 +43,7 @@ from myelin.plan.kernel import EMPTY
 from myelin.progress import Reporter, callback as progress_callback
 from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
+from myelin.runtime.serialize import Image
 
 log = logging.getLogger("myelin.cache")
 
@@ -147,7 +148,9 @@ class Compiler:
         """Compile every function of ``flow`` into a cell; returns a Network.
 
         ``flow`` itself is left as built (only its IN/OUT flags are inferred); the network's
-        ``flow`` is the optimized copy, and ``compiler.report`` lists the passes run.
+        ``flow`` is the optimized copy, and ``compiler.report`` lists the passes run. The
+        network keeps its object code and symbol table (``network.image``), so it pickles
+        and saves (:mod:`myelin.runtime.serialize`).
         """
         self.timings = {}
         flow, planned, globals_ = self.prepare(flow, self.target)
@@ -168,7 +171,8 @@ class Compiler:
         loaded = self._load_cached(fields, globals_, counters) if fields and not self.dump \
             else None
         self.timings["cache" if loaded else "emit"] = time.perf_counter() - start
-        code, packed = loaded or self._generate(planned, symbols, counters, fields, globals_)
+        code, packed, image = loaded or self._generate(planned, symbols, counters, fields,
+                                                       globals_)
 
         cells = []
         for cell in planned:
@@ -177,6 +181,7 @@ class Compiler:
                               *cell.sizes, self.alignment, counters[symbol]))
         network = Network(cells, arrays, code, self.target, flow, packed)
         network.dumps = code.dumps
+        network.image = Image(image[0], image[1], symbols, self.threads)
         self.progress("done", 0, 0)
         return network
 
@@ -271,7 +276,7 @@ class Compiler:
     def _generate(self, planned, symbols, counters, fields, globals_):
         """Emit and compile the cells' code (stored in the cache under ``fields`` unless None;
         ``globals_`` maps each global's name to its placed TensorSpec); returns (code, arrays
-        made at compile time)."""
+        made at compile time, (object files, symbol table)) (see :class:`Image`)."""
         start = time.perf_counter()
         # (a dump shows the code of every kernel: none is taken from the cache)
         cache = None if self.dump else self._kernels()
@@ -302,8 +307,8 @@ class Compiler:
             [_CELLS] + [name for name in compilation.modules if name != _CELLS])
         cells = compiled.pop(_CELLS)
         objects.update(compiled)
+        table = externals.table(globals_, counters, self.threads)
         if self.cache:
-            table = externals.table(globals_, counters, self.threads)
             for symbol in compiled if cache else ():
                 cache.store(symbol, objects[symbol], _used(table, objects[symbol]))
             for symbol, (signature, fails) in functions.emitted.items():
@@ -312,10 +317,10 @@ class Compiler:
             if fields:
                 self.cache.store(fields, cells, externals.arrays, table,
                                  {"cells": list(symbols), "steps": _steps_with_code(planned)})
-        code = engine.load_objects([cells] + list(objects.values()),
-                                   self.target, externals.addresses, dumps)
+        loaded = [cells] + list(objects.values())
+        code = engine.load_objects(loaded, self.target, externals.addresses, dumps)
         self.timings["llvm"] = time.perf_counter() - start
-        return code, externals.arrays
+        return code, externals.arrays, (loaded, table)
 
     def _kernels(self):
         """The compile cache's kernel functions for this compile (a
@@ -342,7 +347,8 @@ class Compiler:
         return json.loads(json.dumps(fields, default=str))
 
     def _load_cached(self, fields, globals_, counters):
-        """(code, arrays made at compile time) from the cache entry for ``fields``, or None
+        """(code, arrays made at compile time, (object files, symbol table)) from the cache
+        entry for ``fields``, or None
         (with a warning if the entry does not fit this network: its symbols do not bind to
         targets of the sizes recorded, or a cell's function is missing)."""
         entry = self.cache.load(fields)
@@ -373,7 +379,11 @@ class Compiler:
             log.warning("ignoring compile cache entry %s: %s; compiling afresh", entry.path,
                         error)
             return None
-        return code, entry.arrays
+        table = {}      # (the kernels' rows are the network's: each symbol once)
+        for row in [*entry.symbols, *(row for kernel in kernels for row in kernel.symbols)]:
+            table.setdefault(row[0], (row[0], list(row[1]), row[2]))
+        return code, entry.arrays, ([entry.object] + [k.object for k in kernels],
+                                    list(table.values()))
 
     # Planning.
     def _plan_function(self, flow, func, globals_, target):

@@ -57,3 +57,10 @@ class LimitError(MyelinError, MemoryError):
     or an instance over the size limit (:mod:`myelin.limits`, ``MYELIN_MAX_TENSOR_BYTES``),
     or subgraphs nested too deep. Raised before anything is allocated; the message says how
     to raise the limit where there is one."""
+
+
+class SerializationError(MyelinError, ValueError):
+    """A compiled model cannot be saved, pickled or loaded (:mod:`myelin.runtime.serialize`):
+    it has no machine code to keep (a GPU network), the file or bytes are not a saved model,
+    are damaged, truncated or of another format version, or its code needs CPU features this
+    machine lacks; the message says which."""

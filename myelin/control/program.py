@@ -20,7 +20,7 @@ import numpy as np
 
 from myelin.control import loops, peephole
 from myelin.control.link import link
-from myelin.control.lower import FunctionCode
+from myelin.control.lower import FunctionCode, Instr, Segment
 from myelin.control.vm import External, run
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
@@ -106,14 +106,46 @@ class Program:
     ``program.function(name)(*args)``) computes a function's results. Programs may run on
     several threads at once: each thread has its own cell instances."""
 
-    def __init__(self, flow, codes, code, entries, network, externals):
+    def __init__(self, flow, codes, code, entries, network, externals, cells=None):
         self.flow = flow
         self.codes = codes              # function name -> instructions (before linking)
         self.code = code
         self.entries = entries
         self.network = network
         self.externals = externals      # (segment, input registers, output registers)
+        # What each External is made of: (cell, inputs, outputs, reference inputs).
+        self.cells = cells if cells is not None else \
+            [_cell_plan(*args) for args in externals]
         self._local = threading.local()
+
+    # Saving and pickling (myelin.runtime.serialize): the flow (as .flow bytes), the linked
+    # code, the network (its own bytes) and what each segment's External binds; the
+    # instructions before linking keep only their segments' names and sizes.
+    def __reduce__(self):
+        from myelin.flow import fileformat
+        from myelin.errors import FlowError, SerializationError
+        try:
+            flow = fileformat.to_bytes(self.flow)
+        except FlowError as error:
+            raise SerializationError(f"cannot save or pickle the program: its flow cannot "
+                                     f"be written as a .flow file: {error}") from None
+        codes = {name: [Instr(i.op, tuple(map(_saved_operand, i.args))) for i in instrs]
+                 for name, instrs in self.codes.items()}
+        externals = [(_saved_operand(segment), inputs, outputs)
+                     for segment, inputs, outputs in self.externals]
+        return _restore, (flow, codes, self.code, self.entries, self.network, externals,
+                          self.cells)
+
+    def save(self, path):
+        """Write the program to the file ``path`` (see :mod:`myelin.runtime.serialize`)."""
+        from myelin.runtime import serialize
+        serialize.save(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """The program saved in the file ``path`` by :meth:`save`."""
+        from myelin.runtime import serialize
+        return serialize.load(path, Program)
 
     def run(self, function, *args):
         """The results of ``function`` (a name) on ``args``: one value, or a tuple of them.
@@ -156,20 +188,38 @@ class Program:
         """The Externals (cell instances) of the calling thread, made on its first run."""
         externals = getattr(self._local, "externals", None)
         if externals is None:
-            externals = [_external(self.network, *args) for args in self.externals]
+            externals = [External(self.network.cell(cell), inputs, outputs, references)
+                         for cell, inputs, outputs, references in self.cells]
             self._local.externals = externals
         return externals
 
 
-def _external(network, segment, inputs, outputs):
-    """The External running ``segment`` with its registers."""
+def _cell_plan(segment, inputs, outputs):
+    """(cell name, [(tensor, register)] read, [(tensor, register)] written, names of the
+    reference inputs) of the External running ``segment`` with its registers."""
     def named(var):
         return f"{segment.name}/{var.name}"
 
     references = _references(segment)
-    return External(network.cell(segment.name), list(zip(map(named, segment.inputs), inputs)),
-                    list(zip(map(named, segment.outputs), outputs)),
-                    {named(v) for v in segment.inputs if id(v) in references})
+    return (segment.name, list(zip(map(named, segment.inputs), inputs)),
+            list(zip(map(named, segment.outputs), outputs)),
+            {named(v) for v in segment.inputs if id(v) in references})
+
+
+def _saved_operand(value):
+    """An instruction's operand as a saved program keeps it: a segment as one with its name,
+    its number of ops (None each) and whether it loops, but not its flow objects."""
+    if isinstance(value, Segment):
+        return Segment(value.name, [None] * len(value.ops),
+                       loop=True if value.loop is not None else None)
+    return value
+
+
+def _restore(flow, codes, code, entries, network, externals, cells):
+    """The Program of :meth:`Program.__reduce__`."""
+    from myelin.flow import fileformat
+    return Program(fileformat.from_bytes(flow), codes, code, entries, network, externals,
+                   cells)
 
 
 def _references(segment):

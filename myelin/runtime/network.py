@@ -17,7 +17,6 @@ from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Variable
 from myelin.runtime.memory import address, aligned_zeros
-from myelin.runtime.profile import Profile
 
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
@@ -175,6 +174,26 @@ class Network:
     def globals(self):
         return list(self._globals)
 
+    # Saving and pickling (myelin.runtime.serialize): the machine code, the globals' values
+    # and the cells' layout, loaded in another process without compiling.
+    def __reduce__(self):
+        from myelin.runtime import serialize
+        return serialize.network_from_bytes, (serialize.network_bytes(self),)
+
+    def save(self, path):
+        """Write the network to the file ``path``: its code, globals (current values) and
+        cells, which :meth:`load` loads in any process on a CPU with the features it was
+        compiled for, without compiling (see :mod:`myelin.runtime.serialize`)."""
+        from myelin.runtime import serialize
+        serialize.save(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """The network saved in the file ``path`` by :meth:`save`; SerializationError if the
+        file is not one, is damaged, or needs CPU features this machine lacks."""
+        from myelin.runtime import serialize
+        return serialize.load(path, Network)
+
 
 class Cell:
     """A compiled function: native code plus the layout of its instance memory, and, when
@@ -238,6 +257,11 @@ class Cell:
         """A new instance: a zeroed block of memory for this cell's tensors."""
         return Instance(self)
 
+    def __reduce__(self):     # (its network, and its name there)
+        if self.network is None:
+            raise InputError(f"cell {self.name} belongs to no network")
+        return Network.cell, (self.network, self.name)
+
     @property
     def profiling(self):
         """True if the cell was compiled with a profiler (``Compiler(profile=True)``)."""
@@ -252,6 +276,7 @@ class Cell:
     def profile(self):
         """The :class:`~myelin.runtime.profile.Profile` of this cell: time per step, summed
         over every call of every instance since compiling or :meth:`reset_profile`."""
+        from myelin.runtime.profile import Profile     # (it loads LLVM and the kernels)
         return Profile(self, self._profile_counters().copy())
 
     def reset_profile(self):
@@ -293,6 +318,12 @@ class Instance:
         self._bound = {}     # id of a reference input -> the array bound to it
         # The block as 64-bit words, where reference inputs keep their arrays' addresses.
         self._words = self._memory[:self._memory.size // 8 * 8].view(np.uint64)
+
+    def __reduce__(self):
+        from myelin.errors import SerializationError
+        raise SerializationError(f"an instance of cell {self.cell.name} cannot be pickled: "
+                                 f"pickle its network (or cell) and make an instance where "
+                                 f"it is loaded")
 
     def compute(self):
         """Run the cell: one native call (the GIL is released meanwhile).

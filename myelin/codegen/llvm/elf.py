@@ -1,5 +1,5 @@
-"""The symbols an ELF object file uses but does not define, read with every offset and size
-checked.
+"""The symbols an ELF object file uses but does not define (and those it defines for others),
+read with every offset and size checked.
 
 The compile cache (:mod:`myelin.codegen.llvm.codecache`) loads object code made in an earlier
 process. LLVM's loader ends the process when the code uses a symbol nothing defines, and
@@ -19,11 +19,25 @@ _SYMBOL = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", 
                     ("value", "<u8"), ("size", "<u8")])
 _SYMTAB = 2           # section type of a symbol table
 _UNDEFINED = 0        # section index of a symbol defined elsewhere
+_EXPORTED = (1, 2)    # symbol bindings others may use: global, weak
 
 
 def undefined_symbols(data):
     """The names of the symbols the object file ``data`` (bytes-like) uses and leaves to be
     defined elsewhere; ValueError if it is not a well-formed little-endian ELF64 object."""
+    return _names(data, lambda symbols: symbols["shndx"] == _UNDEFINED)
+
+
+def defined_symbols(data):
+    """The names of the global and weak symbols the object file ``data`` defines (what other
+    object files loaded with it may call); ValueError as :func:`undefined_symbols`."""
+    return _names(data, lambda symbols: (symbols["shndx"] != _UNDEFINED)
+                  & np.isin(symbols["info"] >> 4, _EXPORTED))
+
+
+def _names(data, select):
+    """The names of the symbols of the object file ``data`` that ``select`` (a mask of a
+    symbol table) picks."""
     data = memoryview(data).cast("B")
     if len(data) < 64 or bytes(data[:6]) != b"\x7fELF\x02\x01":
         raise ValueError("the object code is not a little-endian ELF64 file")
@@ -43,7 +57,7 @@ def undefined_symbols(data):
             raise ValueError("a symbol table's entries are not ELF64 symbols")
         symbols = _table(data, int(table["offset"]), int(table["size"]) // entry, entry,
                          _SYMBOL, "symbol table")
-        for offset in symbols["name"][(symbols["shndx"] == _UNDEFINED) & (symbols["name"] > 0)]:
+        for offset in symbols["name"][select(symbols) & (symbols["name"] > 0)]:
             end = strings.find(b"\0", int(offset))
             if offset >= len(strings) or end < 0:
                 raise ValueError("a symbol's name lies outside its string table")

@@ -39,6 +39,7 @@ caller yields its core after ``YIELD_SPINS`` pauses, so a worker waiting for tha
 
 import atexit
 import ctypes
+import functools
 import os
 import platform
 import threading
@@ -319,17 +320,32 @@ class _Emitter:
         b.ret_void()
 
 
-class Pool:
-    """The process's worker pool: its compiled code, its record and its threads."""
+def _module():
+    """The pool's LLVM module."""
+    module = ir.Module(name="myelin_threads")
+    emitter = _Emitter(module)
+    run_tasks = emitter.run_tasks()
+    emitter.worker(run_tasks)
+    emitter.parallel_for(run_tasks)
+    emitter.wake()
+    return module
 
-    def __init__(self):
-        module = ir.Module(name="myelin_threads")
-        emitter = _Emitter(module)
-        run_tasks = emitter.run_tasks()
-        emitter.worker(run_tasks)
-        emitter.parallel_for(run_tasks)
-        emitter.wake()
-        self._code = engine.compile_module(module, targets.host())
+
+@functools.cache
+def object_code(target):
+    """The pool's module compiled for ``target`` (this machine's kind, with features this CPU
+    or another may have): the object file :func:`pool` may load rather than compile, in a
+    process that loads a saved network (:mod:`myelin.runtime.serialize`)."""
+    return engine.compile_object(_module(), target)[0]
+
+
+class Pool:
+    """The process's worker pool: its compiled code, its record and its threads. ``code`` is
+    its module compiled and loaded already (from :func:`object_code`); by default it is
+    compiled here."""
+
+    def __init__(self, code=None):
+        self._code = code or engine.compile_module(_module(), targets.host())
         self.parallel_for_address = self._code.address("myelin_parallel_for")
         self._record = self._code.global_address("myelin_pool")
         self._threads = []
@@ -369,12 +385,14 @@ _pool = None
 _pool_lock = threading.Lock()
 
 
-def pool(threads):
-    """The process's pool with at least ``threads - 1`` workers started."""
+def pool(threads, object_file=None):
+    """The process's pool with at least ``threads - 1`` workers started. A process without a
+    pool yet makes it from ``object_file`` (from :func:`object_code`, for a target this CPU
+    runs) where given, rather than compiling it."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = Pool()
+            _pool = Pool(object_file and engine.load_object(object_file, targets.host()))
             atexit.register(_pool.shutdown)
     _pool.ensure(threads)
     return _pool

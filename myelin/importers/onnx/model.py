@@ -81,7 +81,39 @@ class OnnxModel:
         """The imported flow of the most recent compile (before optimization)."""
         if not self.compiles:
             raise InputError("the model has not been compiled yet")
-        return self._compiled[self.compiles[-1][0]].imported.flow
+        imported = self._compiled[self.compiles[-1][0]].imported
+        if imported.flow is None:       # (a loaded model: imported again, not compiled)
+            again = importer.import_graph(
+                self.proto, {s.name: s.shape for s in imported.inputs},
+                imported.specialized, self._value_inputs)
+            imported.flow = again.flow
+        return imported.flow
+
+    # Saving and pickling (myelin.runtime.serialize): the model, the options and every
+    # compiled signature (its network or program, as their own bytes), not the imported
+    # flows (imported again when asked for); a staged model's stages alike.
+    def __reduce__(self):
+        with self._order_lock:
+            compiled = [_saved(entry) for entry in self._compiled.values()]
+            last = None if self._last is None else self._last.signature
+        stages = None if self.staged is None else \
+            [stage._model for stage in self.staged.graph.all_stages()]
+        return _restore, (self.proto.SerializeToString(), self.compiler_options,
+                          self.max_signatures, sorted(self._value_inputs), list(self.compiles),
+                          compiled, last, stages)
+
+    def save(self, path):
+        """Write the model and every signature compiled so far to the file ``path``, which
+        :meth:`load` loads in any process (on a CPU with the features it was compiled for)
+        without compiling (see :mod:`myelin.runtime.serialize`)."""
+        from myelin.runtime import serialize
+        serialize.save(self, path)
+
+    @classmethod
+    def load(cls, path):
+        """The model saved in the file ``path`` by :meth:`save`."""
+        from myelin.runtime import serialize
+        return serialize.load(path, OnnxModel)
 
     def network(self, signature=None):
         """The compiled Network of ``signature`` (default: the most recent compile)."""
@@ -215,6 +247,45 @@ class OnnxModel:
                 log.info("dropped the compiled %s (least recently used; max_signatures=%d)",
                          _describe(dropped.imported), self.max_signatures)
         return compiled
+
+
+def _saved(compiled):
+    """A compiled signature as a pickle keeps it: without its imported flow or instance."""
+    imported = compiled.imported
+    fields = {"imported": (imported.func, imported.inputs, imported.outputs,
+                           imported.specialized),
+              "signature": compiled.signature, "input_names": compiled.input_names,
+              "output_names": compiled.output_names, "seconds": compiled.seconds}
+    if isinstance(compiled, CompiledProgram):
+        return "program", fields, compiled.program
+    return "cell", fields, compiled.network
+
+
+def _restore(model, compiler_options, max_signatures, value_inputs, compiles, compiled, last,
+             stages):
+    """The OnnxModel of :meth:`OnnxModel.__reduce__`."""
+    restored = OnnxModel(model, max_signatures=max_signatures, **compiler_options)
+    restored._value_inputs = set(value_inputs)
+    restored.compiles = list(compiles)
+    for kind, fields, code in compiled:
+        imported = importer.ImportedGraph(None, *fields.pop("imported"))
+        if kind == "program":
+            entry = CompiledProgram(imported=imported, program=code, **fields)
+        else:
+            cell = code.cell(imported.func)
+            entry = CompiledCell(imported=imported, network=code, cell=cell,
+                                 instance=cell.instance(), **fields)
+        restored._compiled[entry.signature] = entry
+    restored._last = restored._compiled.get(last)
+    if stages is not None:
+        planned = [] if restored.staged is None else restored.staged.graph.all_stages()
+        if len(planned) != len(stages):
+            from myelin.errors import SerializationError
+            raise SerializationError(f"the saved model has {len(stages)} stages; planned "
+                                     f"here, it has {len(planned)}")
+        for stage, saved in zip(planned, stages):
+            stage._model = saved
+    return restored
 
 
 def _shape_signature(imported):
