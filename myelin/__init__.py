@@ -11,9 +11,9 @@ Build a flow with :class:`Builder` (or load a ``.flow`` file), compile it with
 
 import importlib
 
-from myelin.errors import (CompileError, DeviceError, FlowError, FlowFormatError, InputError,
-                           MyelinError, SerializationError, ShapeError, UnsupportedOpError,
-                           UnsupportedTypeError)
+from myelin.errors import (CompileError, DeviceError, ExportError, FlowError, FlowFormatError,
+                           InputError, MyelinError, SerializationError, ShapeError,
+                           UnsupportedOpError, UnsupportedTypeError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
 from myelin.flow.builder import Builder
 from myelin import reference
@@ -41,6 +41,14 @@ def load(path):
     damaged or truncated, or its code needs CPU features this machine lacks."""
     from myelin.runtime import serialize
     return serialize.load(path)
+
+
+def export(model, directory, **options):
+    """Compile ``model`` (an ONNX model, a ``.flow`` file or a Flow) into a shared library
+    with a C API and its header in ``directory``, to run without Python (see
+    :mod:`myelin.aot` for the options)."""
+    from myelin import aot
+    return aot.export(model, directory, **options)
 
 
 def __getattr__(name):

@@ -64,3 +64,8 @@ class SerializationError(MyelinError, ValueError):
     it has no machine code to keep (a GPU network), the file or bytes are not a saved model,
     are damaged, truncated or of another format version, or its code needs CPU features this
     machine lacks; the message says which."""
+
+
+class ExportError(MyelinError, RuntimeError):
+    """An export to a library with a C API (:mod:`myelin.aot`) failed: no C toolchain
+    links for the target, or the toolchain failed (its messages are in this one's)."""

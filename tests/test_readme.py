@@ -45,6 +45,7 @@ SKIPPED = {
                                 lambda: True),
     "myelin.cuda.compile(flow)": ("needs a GPU", lambda: not _gpu()),
     "planner.plan(flow": ("needs NVRTC", lambda: not _nvrtc()),
+    'myelin.export(flow, "guide"': ("tests/test_export.py exports and runs it", lambda: True),
     "initializer=start": ("spawned workers import their functions from a module, and the "
                           "images are the reader's", lambda: True),
 }

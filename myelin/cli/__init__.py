@@ -11,8 +11,9 @@ prints or saves them; ``myelin bench MODEL`` prints latency percentiles and thro
 ONNX Runtime's on request; ``myelin graph MODEL -o OUT`` draws the flow before and after
 optimizing (DOT, SVG or HTML); ``myelin convert MODEL OUT.flow`` writes the flow of a model as
 a .flow file; ``myelin compare MODEL`` names the first node of an ONNX model whose value
-differs from ONNX Runtime's (exit status 3 when one does); ``myelin cache list|clear``
-shows or empties the compile cache. MODEL is a
+differs from ONNX Runtime's (exit status 3 when one does); ``myelin export MODEL -o DIR``
+writes a shared library with a C API and its header (:mod:`myelin.aot`); ``myelin cache
+list|clear`` shows or empties the compile cache. MODEL is a
 ``.onnx`` file or a SLING ``.flow`` file. Errors are one line and a hint on stderr with exit
 status 1, internal errors (bugs in myelin) too; ``--debug`` shows the traceback. A compile that
 takes a while shows a progress bar on a terminal.
@@ -27,8 +28,8 @@ import os
 import sys
 import traceback
 
-from myelin.cli import (cmd_bench, cmd_cache, cmd_compare, cmd_compile, cmd_convert, cmd_graph,
-                        cmd_run)
+from myelin.cli import (cmd_bench, cmd_cache, cmd_compare, cmd_compile, cmd_convert,
+                        cmd_export, cmd_graph, cmd_run)
 from myelin.cli.common import UsageError
 from myelin.cli.progress import ProgressBar
 from myelin.errors import MyelinError
@@ -46,7 +47,7 @@ def _parser():
     parser = _Parser(prog="myelin", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (cmd_compile, cmd_run, cmd_bench, cmd_compare, cmd_graph, cmd_convert,
-                   cmd_cache):
+                   cmd_export, cmd_cache):
         module.add(commands)
     return parser
 

@@ -61,6 +61,10 @@ MAX_BACKOFF_NS = 256_000_000    # longest (so a lasting load costs a probe every
 CLOCK_MONOTONIC = 1
 THREAD_CPU_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system())   # CLOCK_THREAD_CPUTIME_ID
 _FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
+# The symbols of the pool's module (a library exported with a C API links and starts it:
+# myelin.aot).
+POOL_RECORD, WORKER, PARALLEL_FOR, WAKE = ("myelin_pool", "myelin_worker", "myelin_parallel_for",
+                                           "myelin_wake")
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129                       # the *_PRIVATE operations
 # Fields of the pool record.
 (WORD, DONE, TASK, CONTEXT, COUNT, ALONE_UNTIL, BACKOFF, SEQUENCE, SLEEPERS, LOCK, STOP,
@@ -78,15 +82,22 @@ def default_threads():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-class _Emitter:
-    """Builds the pool module: the claim loop, the worker's main function, parallel_for."""
+def field_offset(index):
+    """The byte offset of field ``index`` (WORKERS, STOP, ...) in the pool record."""
+    return sum(_FIELD_SIZES[:index])
 
-    def __init__(self, module):
+
+class _Emitter:
+    """Builds the pool module: the claim loop, the worker's main function, parallel_for;
+    for ``machine`` (this one's by default: ``platform.machine()``'s names)."""
+
+    def __init__(self, module, machine=None):
+        machine = machine or platform.machine()
         self.module = module
-        self.pool = ir.GlobalVariable(module, _POOL_TYPE, "myelin_pool")
+        self.pool = ir.GlobalVariable(module, _POOL_TYPE, POOL_RECORD)
         self.pool.initializer = ir.Constant(_POOL_TYPE, None)
         self.pool.align = 64
-        futex = _FUTEX.get(platform.machine())
+        futex = _FUTEX.get(machine)
         self.futex = futex
         if futex is not None:
             self.syscall = ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True),
@@ -95,7 +106,7 @@ class _Emitter:
                                          "clock_gettime")
         self.sched_yield = ir.Function(module, ir.FunctionType(I32, []), "sched_yield")
         self.pause = None
-        if platform.machine() in ("x86_64", "AMD64"):
+        if machine in ("x86_64", "AMD64"):
             self.pause = ir.Function(module, ir.FunctionType(ir.VoidType(), []),
                                      "llvm.x86.sse2.pause")
 
@@ -172,7 +183,7 @@ class _Emitter:
 
     def worker(self, run_tasks):
         """``ptr myelin_worker(ptr)``, a thread's start routine: wait for work, run it."""
-        function, b = self.function("myelin_worker", ir.FunctionType(PTR, [PTR]))
+        function, b = self.function(WORKER, ir.FunctionType(PTR, [PTR]))
         entry = b.block
         wait, check, sleep, work, leave = (function.append_basic_block(n)
                                            for n in ("wait", "check", "sleep", "work", "leave"))
@@ -219,7 +230,7 @@ class _Emitter:
 
     def parallel_for(self, run_tasks):
         """``myelin_parallel_for(task, context, count)``: run tasks 0..count-1, return when done."""
-        function, b = self.function("myelin_parallel_for", PARALLEL_FOR_TYPE)
+        function, b = self.function(PARALLEL_FOR, PARALLEL_FOR_TYPE)
         task, context, count = function.args
         alone, share, check, publish, wait, spin, done, unlock = (
             function.append_basic_block(n)
@@ -314,21 +325,29 @@ class _Emitter:
 
     def wake(self):
         """``myelin_wake()``: wake every sleeping worker (to see ``stop``)."""
-        _, b = self.function("myelin_wake", ir.FunctionType(ir.VoidType(), []))
+        _, b = self.function(WAKE, ir.FunctionType(ir.VoidType(), []))
         b.atomic_rmw("add", self.field(b, SEQUENCE), ir.Constant(I32, 1), "seq_cst")
         self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
         b.ret_void()
 
 
-def _module():
-    """The pool's LLVM module."""
+def _module(machine=None):
+    """The pool's LLVM module (for ``machine``, as :class:`_Emitter` takes it)."""
     module = ir.Module(name="myelin_threads")
-    emitter = _Emitter(module)
+    emitter = _Emitter(module, machine)
     run_tasks = emitter.run_tasks()
     emitter.worker(run_tasks)
     emitter.parallel_for(run_tasks)
     emitter.wake()
     return module
+
+
+def module_text(target):
+    """The LLVM IR of the pool's module for ``target`` (any Linux target: a library exported
+    for it links the pool, :mod:`myelin.aot`)."""
+    module = _module(target.triple.split("-")[0])
+    irutil.set_target(module, target)
+    return str(module)
 
 
 @functools.cache
