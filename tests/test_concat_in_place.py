@@ -2,6 +2,8 @@
 their parts of the output and the Concat step goes away, where every part is one run of
 bytes and every input may take its place; elsewhere the Concat copies as before."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,13 @@ def test_live_parts_keep_their_space_while_other_values_come_and_go():
     flow, cell = compile_cell(body, {"x": [1, 8, 5]}, opt_level=0)
     assert concats(cell) == 0 and len(slices(cell)) == 6
     check(flow, cell)
+
+
+def test_a_pickled_network_keeps_its_slices():
+    def body(f, x1, x2):
+        both = f.concat([f.tanh(x1), f.sigmoid(x2)], axis=1, name="both")
+        f.mul(both, f.const(3.0), name="y")
+    flow, cell = compile_cell(body, {"x1": [1, 3, 7], "x2": [1, 5, 7]})
+    again = pickle.loads(pickle.dumps(cell))
+    assert slices(again) == slices(cell) and str(again) == str(cell)
+    check(flow, again)

@@ -320,7 +320,7 @@ def network_bytes(network, shift=SHIFT):
                       "alignment": cell.instance_alignment,
                       "counters": None if counters is None else list(counters.shape)})
     records = []
-    while len(records) < len(specs):     # (a record may name more: shares, views)
+    while len(records) < len(specs):     # (a record may name more: shares, views, slices)
         records.append(_spec_record(specs[len(records)], spec_index))
     flow = None
     if network.flow is not None:
@@ -354,7 +354,9 @@ def _spec_record(spec, spec_index):
             "alignment": spec.alignment, "offset": spec.offset, "first": spec.first,
             "last": spec.last, "ref": spec.ref,
             "shares": None if spec.shares is None else spec_index(spec.shares),
-            "view_of": None if spec.view_of is None else spec_index(spec.view_of)}
+            "view_of": None if spec.view_of is None else spec_index(spec.view_of),
+            "slice_of": None if spec.slice_of is None else spec_index(spec.slice_of),
+            "slice_offset": spec.slice_offset}
 
 
 def _step_record(step, spec_index):
@@ -459,7 +461,7 @@ def _network(header, blobs):
     _expect(isinstance(records, list), "tensor list")
     specs = [_spec(record) for record in records]
     for spec, record in zip(specs, records):
-        for field in ("shares", "view_of"):
+        for field in ("shares", "view_of", "slice_of"):
             other = record[field]
             _expect(other is None or (_count(other) and other < len(specs)), f"tensor {field}")
             setattr(spec, field, None if other is None else specs[other])
@@ -561,7 +563,7 @@ def _spec(record):
     from myelin.plan.cell import TensorSpec
 
     fields = {"name", "dtype", "shape", "kind", "aliases", "is_output", "alignment", "offset",
-              "first", "last", "ref", "shares", "view_of"}
+              "first", "last", "ref", "shares", "view_of", "slice_of", "slice_offset"}
     _expect(isinstance(record, dict) and record.keys() == fields, "tensor")
     name = record["name"]
     _expect(isinstance(name, str) and record["kind"] in _SPEC_KINDS
@@ -572,7 +574,8 @@ def _spec(record):
             and isinstance(record["is_output"], bool) and isinstance(record["ref"], bool)
             and _count(record["alignment"]) and record["alignment"] >= 1
             and (record["offset"] is None or _count(record["offset"]))
-            and all(type(record[k]) is int for k in ("first", "last")), f"tensor {name!r}")
+            and all(type(record[k]) is int for k in ("first", "last"))
+            and _count(record["slice_offset"]), f"tensor {name!r}")
     try:
         dtypes.to_numpy(record["dtype"])
     except Exception:
@@ -581,7 +584,8 @@ def _spec(record):
     return TensorSpec(name, record["dtype"], tuple(record["shape"]), record["kind"],
                       aliases=list(record["aliases"]), is_output=record["is_output"],
                       alignment=record["alignment"], offset=record["offset"],
-                      first=record["first"], last=record["last"], ref=record["ref"])
+                      first=record["first"], last=record["last"], ref=record["ref"],
+                      slice_offset=record["slice_offset"])
 
 
 def _step(record, spec_at, Step):
