@@ -23,8 +23,8 @@ __version__ = "0.1.0"
 
 
 # Subpackages that `import myelin` gives on first use (`myelin.control.compile(flow)`), so that
-# importing myelin does not load LLVM, ONNX or TensorFlow.
-_LAZY_MODULES = {"control", "cuda", "onnx", "optimize", "tf", "train"}
+# importing myelin does not load LLVM, ONNX, TensorFlow or PyTorch.
+_LAZY_MODULES = {"control", "cuda", "onnx", "optimize", "tf", "torch", "train"}
 
 
 def save(value, path):

@@ -1,6 +1,7 @@
 """The README stays true: its Python examples run as written, in order, in one namespace (in a
 temporary directory), and the counts it states are the ones the code has."""
 
+import importlib
 import pathlib
 import re
 import subprocess
@@ -119,6 +120,11 @@ def test_counts_are_the_code_s():
         "ONNX op types are supported": len(myelin.onnx.supported_ops()),
         "TensorFlow op types convert": len(myelin.tf.supported_ops()),
     }
+    try:
+        front_end = importlib.import_module("myelin.torch")
+        counts["ATen ops convert"] = len(front_end.supported_ops())
+    except ImportError:           # (PyTorch is optional)
+        pass
     for words, count in counts.items():
         stated = re.search(r"(\d+) " + words, text)
         assert stated and int(stated.group(1)) == count, (words, count)

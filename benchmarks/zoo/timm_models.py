@@ -8,7 +8,9 @@ from zoo import exporting
 from zoo.catalog import Input, Model, add
 
 
-def build(model, path):
+def module(model):
+    """The model as a PyTorch module in eval mode (seeded random weights, batch-norm
+    statistics calibrated) and example arguments, as :func:`build` exports it."""
     exporting.import_torchvision()       # timm imports it
     import timm
 
@@ -17,6 +19,13 @@ def build(model, path):
     exporting.seed()
     net = timm.create_model(options["arch"], pretrained=False, **options.get("kwargs", {}))
     exporting.calibrate_batch_norm(net, lambda: (torch.randn((2,) + tuple(shape[1:])),))
+    return net.eval(), (torch.randn(shape),)
+
+
+def build(model, path):
+    options = model.options
+    shape = model.inputs[0].shape
+    net, _ = module(model)
     how = exporting.export(net, (torch.randn(shape),), path, ["input"], ["output"],
                            dynamo=options.get("dynamo", False))
     return f"timm {options['arch']} {list(shape)}, random weights, {how}"

@@ -44,7 +44,9 @@ def _construct(options):
     return model
 
 
-def build(model, path):
+def module(model):
+    """The model as a PyTorch module in eval mode (seeded random weights, batch-norm
+    statistics calibrated) and example arguments, as :func:`build` exports it."""
     options = model.options
     net = _construct(options)
     shape = model.inputs[0].shape
@@ -56,6 +58,14 @@ def build(model, path):
         exporting.calibrate_batch_norm(net, lambda: (torch.randn(batch),))
         if wrap == "out":
             net = _Out(net)
+    return net.eval(), (torch.randn(shape),)
+
+
+def build(model, path):
+    options = model.options
+    net, _ = module(model)
+    shape = model.inputs[0].shape
+    wrap = options.get("wrap")
     dynamic = {"input": {0: "batch"}, "output": {0: "batch"}} if options.get("dynamic") else None
     outputs = ["boxes", "scores", "labels"] if wrap == "detect" else ["output"]
     how = exporting.export(net, (torch.randn(shape),), path, ["input"], outputs,

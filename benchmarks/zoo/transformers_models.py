@@ -22,22 +22,30 @@ class _Wrapper(torch.nn.Module):
         return getattr(self.model(**dict(zip(self.names, args))), self.output)
 
 
-def build(model, path):
+def module(model, attention="eager"):
+    """The model as a PyTorch module in eval mode (seeded random weights) taking its inputs
+    positionally and giving one tensor, and example arguments, as :func:`build` exports it;
+    ``attention`` is the configuration's attention implementation ("eager", "sdpa")."""
     exporting.import_torchvision()       # transformers may import it
     import transformers
 
     options = model.options
     exporting.seed()
     config = getattr(transformers, options["config"])(**options["config_kwargs"])
-    config._attn_implementation = "eager"
+    config._attn_implementation = attention
     net = getattr(transformers, options["model"])(config)
     if options.get("part") == "encoder":
         net = net.get_encoder()
     if options.get("use_cache") is False:
         net.config.use_cache = False          # no key/value cache among the outputs
+    wrapper = _Wrapper(net.eval(), options["names"], options.get("output", "last_hidden_state"))
+    return wrapper.eval(), tuple(_example(spec) for spec in model.inputs)
+
+
+def build(model, path):
+    options = model.options
     names = options["names"]
-    wrapper = _Wrapper(net.eval(), names, options.get("output", "last_hidden_state"))
-    args = tuple(_example(spec) for spec in model.inputs)
+    wrapper, args = module(model)
     dynamic = options.get("dynamic")
     dynamic_axes = dynamic_shapes = None
     if dynamic and options.get("dynamo"):

@@ -11,7 +11,6 @@ through :meth:`_GraphImporter.subgraph`, into functions of their own, each with 
 own names; a name a subgraph does not define is looked up in the scopes around it.
 """
 
-import dataclasses
 import logging
 
 import numpy as np
@@ -21,31 +20,11 @@ from myelin.errors import (InputError, LimitError, ShapeError, UnsupportedOpErro
                            UnsupportedTypeError)
 from myelin.flow import Flow, dtypes
 from myelin.flow.builder import Builder
+from myelin.importers.graph import ImportedGraph, Signature
 from myelin.importers.onnx import converters, proto
 from myelin.importers.onnx.context import NeedsInputValues, NodeContext, Sequence
 
 log = logging.getLogger("myelin.onnx")
-
-
-@dataclasses.dataclass
-class Signature:
-    """The name, type and shape of one graph input or output of an imported flow."""
-
-    name: str        # the ONNX name
-    var: str | None  # the flow variable's name (None for an empty output, which has none)
-    dtype: str
-    shape: tuple
-
-
-@dataclasses.dataclass
-class ImportedGraph:
-    """A flow specialized for one input signature, and how its names map to the model's."""
-
-    flow: Flow
-    func: str
-    inputs: list           # Signature per graph input the flow reads at run time
-    outputs: list          # Signature per graph output
-    specialized: dict      # graph input name -> the value the flow was specialized on
 
 
 MAX_DEPTH = 16     # subgraphs (If branches, Loop and Scan bodies) nest at most this deep
