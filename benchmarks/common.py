@@ -32,6 +32,36 @@ def time_call(function, min_seconds=0.2, rounds=7):
     return statistics.median(samples)
 
 
+def alternating(runs, rounds=7, round_seconds=0.3, pause=0.1):
+    """Seconds per call of each of ``runs`` (name -> function) in each of ``rounds`` rounds of
+    about ``round_seconds`` per system, their order reversed every other round (name -> list
+    of per-round seconds). Each timing starts ``pause`` seconds after the last and after one
+    untimed call: another system's threads, which spin for a while after their work, would
+    otherwise take a core from its calls (ONNX Runtime's keep one of 2 cores busy for 60 ms
+    after its last run; myelin's spin for about a millisecond)."""
+    names = list(runs)
+    counts = {name: max(1, int(round_seconds / max(_once(runs[name]), 1e-7))) for name in names}
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            function, count = runs[name], counts[name]
+            time.sleep(pause)
+            function()
+            start = time.perf_counter()
+            for _ in range(count):
+                function()
+            samples[name].append((time.perf_counter() - start) / count)
+    return samples
+
+
+def _once(function):
+    """Seconds of one call of ``function``, after a first call."""
+    function()
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
 def compare(title, contenders, reference="myelin", min_seconds=0.5):
     """Time each named callable, print a table with ratios to ``reference``; return the times."""
     times = {name: time_call(fn, min_seconds) for name, fn in contenders.items() if fn is not None}

@@ -26,6 +26,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import alternating
+
 MODELS = ("resnet50", "mobilenet_v3_large", "bert_base", "gpt2_small")
 SYSTEMS = ("eager", "inductor", "myelin", "myelin_export")
 LABELS = {"eager": "eager PyTorch", "inductor": "torch.compile (Inductor)",
@@ -36,10 +38,10 @@ LABELS = {"eager": "eager PyTorch", "inductor": "torch.compile (Inductor)",
 def make(name):
     """(module in eval mode, example arguments, description) of a benchmark model."""
     import torch
-    torch.manual_seed(0)
+    from zoo import exporting
+    torchvision = exporting.import_torchvision()   # (PyPI's wheel beside CPU torch; and
+    torch.manual_seed(0)                           # transformers imports it)
     if name in ("resnet50", "mobilenet_v3_large"):
-        from zoo import exporting
-        torchvision = exporting.import_torchvision()     # (PyPI's wheel beside CPU torch)
         module = getattr(torchvision.models, name)(weights=None).eval()
         return module, (torch.randn(1, 3, 224, 224),), f"torchvision {name}, 1x3x224x224"
     import transformers
@@ -81,7 +83,7 @@ def run_one(name, out):
         myelin.torch.compile(tiny, (torch.randn(2, 4),))
     module, args, description = make(name)
     result = {"name": name, "description": description, "threads": torch.get_num_threads(),
-              "compile_s": {}, "latency_s": {}}
+              "compile_s": {}, "latency_s": {}, "load_before": os.getloadavg()[0]}
     with torch.no_grad():
         want = module(*args)
         start = time.perf_counter()
@@ -96,44 +98,30 @@ def run_one(name, out):
             elif system == "myelin":
                 compiled = torch.compile(module, backend="myelin",
                                          options={"fallback": False})
-            else:
-                compiled = myelin.torch.compile(module, args)
+            else:            # (cold: not from the kernels the backend's compile cached)
+                compiled = myelin.torch.compile(module, args, cache=False)
             got = compiled(*args)
             result["compile_s"][system] = time.perf_counter() - start - eager_call
             error = ((got - want).abs().max() / want.abs().max()).item()
             result.setdefault("rel_error", {})[system] = error
             runs[system] = lambda compiled=compiled: compiled(*args)
         result["latency_s"] = latencies(runs)
+    result["load_after"] = os.getloadavg()[0]
     with open(out, "w") as f:
         json.dump(result, f)
 
 
 def latencies(runs, rounds=7, round_seconds=1.0):
     """Median seconds per call of each of ``runs``, over rounds of about ``round_seconds``
-    per system whose order alternates."""
-    names = list(runs)
-    counts = {}
-    for n in names:
-        runs[n]()
-        start = time.perf_counter()
-        runs[n]()
-        counts[n] = max(2, int(round_seconds / (time.perf_counter() - start)))
-    samples = {n: [] for n in names}
-    for r in range(rounds):
-        for n in (names if r % 2 == 0 else names[::-1]):
-            time.sleep(0.1)
-            runs[n]()
-            start = time.perf_counter()
-            for _ in range(counts[n]):
-                runs[n]()
-            samples[n].append((time.perf_counter() - start) / counts[n])
+    per system whose order alternates (:func:`common.alternating`)."""
+    samples = alternating(runs, rounds, round_seconds)
     return {n: statistics.median(s) for n, s in samples.items()}
 
 
 def table(results):
-    lines = ["| model | eager PyTorch | Inductor | myelin backend | myelin / eager | "
-             "myelin / Inductor | compile: Inductor | compile: myelin backend | "
-             "myelin.torch.compile (latency, compile) |",
+    lines = [("| model | eager PyTorch | Inductor | myelin backend | myelin / eager | "
+              "myelin / Inductor | compile: Inductor | compile: myelin backend | "
+              "myelin.torch.compile (latency, compile) |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lat, comp = r["latency_s"], r["compile_s"]
@@ -152,7 +140,8 @@ def table(results):
         errors = ", ".join(f"{k} {v:.1e}" for k, v in r.get("rel_error", {}).items())
         lines.append(f"{r['name']} ({r['description']}, {r['threads']} threads): " +
                      "; ".join(f"{g} {'met' if ok else 'NOT met'}" for g, ok in goals) +
-                     f"; error vs eager: {errors}")
+                     f"; error vs eager: {errors}; load average {r['load_before']:.1f} "
+                     f"before, {r['load_after']:.1f} after")
     return lines
 
 
@@ -176,7 +165,7 @@ def main(argv=None):
                        MYELIN_CACHE_DIR=os.path.join(tmp, "myelin"))
             start = time.perf_counter()
             done = subprocess.run([sys.executable, __file__, "--one", name, "--out", out],
-                                  env=env, capture_output=True, text=True)
+                                  env=env, capture_output=True, text=True, check=False)
             if done.returncode != 0 or not os.path.exists(out):
                 print(f"{name}: FAILED (exit status {done.returncode}):\n{done.stderr[-3000:]}",
                       flush=True)

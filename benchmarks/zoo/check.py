@@ -29,6 +29,7 @@ import time
 import zlib
 
 import numpy as np
+from common import alternating
 
 from zoo.phases import PhaseTimer
 
@@ -297,30 +298,8 @@ def _one_thread_clue(result, onnx_path, feeds, want, repeats, options):
 
 def latency(run_myelin, run_ort, rounds=10, round_seconds=0.05, pause=0.1):
     """Median latencies and the median of per-round ratios, myelin over ONNX Runtime, from
-    ``rounds`` paired rounds of about ``round_seconds`` each per system; which system goes
-    first alternates round by round. Each round starts ``pause`` seconds after the last and
-    with one untimed call: the other system's threads, which spin for a while after their
-    work, would otherwise take a core from its calls (ONNX Runtime's keep one of 2 cores busy
-    for 60 ms after its last run; myelin's spin for about a millisecond)."""
-    counts = [max(1, int(round_seconds / max(_once(f), 1e-7))) for f in (run_myelin, run_ort)]
-    samples = ([], [])
-    for r in range(rounds):
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        for i in order:
-            f, n = (run_myelin, run_ort)[i], counts[i]
-            time.sleep(pause)
-            f()
-            start = time.perf_counter()
-            for _ in range(n):
-                f()
-            samples[i].append((time.perf_counter() - start) / n)
-    ratios = [m / o for m, o in zip(*samples)]
-    return {"latency_myelin": statistics.median(samples[0]),
-            "latency_ort": statistics.median(samples[1]), "ratio": statistics.median(ratios)}
-
-
-def _once(f):
-    f()
-    start = time.perf_counter()
-    f()
-    return time.perf_counter() - start
+    ``rounds`` paired rounds (:func:`common.alternating`)."""
+    samples = alternating({"myelin": run_myelin, "ort": run_ort}, rounds, round_seconds, pause)
+    ratios = [m / o for m, o in zip(samples["myelin"], samples["ort"])]
+    return {"latency_myelin": statistics.median(samples["myelin"]),
+            "latency_ort": statistics.median(samples["ort"]), "ratio": statistics.median(ratios)}

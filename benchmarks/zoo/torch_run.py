@@ -33,7 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zoo import catalog  # noqa: E402
+from common import alternating
+
+from zoo import catalog
 
 FAMILIES = {"torchvision": "zoo.torchvision_models", "timm": "zoo.timm_models",
             "transformers": "zoo.transformers_models"}
@@ -123,7 +125,8 @@ def check_here(name, out, latency=True):
                 graphs = []
                 registered = torch._dynamo.backends.registry.lookup_backend("myelin")
 
-                def counting(gm, example_inputs, **kwargs):
+                def counting(gm, example_inputs, graphs=graphs, registered=registered,
+                             **kwargs):
                     graphs.append(len(gm.graph.nodes))
                     return registered(gm, example_inputs, **kwargs)
 
@@ -183,23 +186,8 @@ def _against_float64(entry, net, inputs, got, want):
 
 def _latencies(runs, rounds=7, round_seconds=0.3):
     """Median seconds per call of each of ``runs`` (name -> function), in rounds that
-    alternate their order."""
-    names = list(runs)
-    counts = {}
-    for n in names:
-        runs[n]()
-        start = time.perf_counter()
-        runs[n]()
-        counts[n] = max(1, int(round_seconds / max(time.perf_counter() - start, 1e-6)))
-    samples = collections.defaultdict(list)
-    for r in range(rounds):
-        for n in (names if r % 2 == 0 else names[::-1]):
-            time.sleep(0.05)
-            runs[n]()
-            start = time.perf_counter()
-            for _ in range(counts[n]):
-                runs[n]()
-            samples[n].append((time.perf_counter() - start) / counts[n])
+    alternate their order (:func:`common.alternating`)."""
+    samples = alternating(runs, rounds, round_seconds, pause=0.05)
     return {f"latency_{n}": statistics.median(s) for n, s in samples.items()}
 
 
@@ -216,7 +204,7 @@ def check_in_subprocess(name, timeout, latency=True):
         start = time.perf_counter()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                  env=dict(os.environ))
+                                  env=dict(os.environ), check=False)
             code, stderr = done.returncode, done.stderr
         except subprocess.TimeoutExpired:
             code, stderr = None, ""
@@ -265,8 +253,8 @@ def summary(results):
     close = sorted({r["arch"] for r in results if r.get("arch") and r["arch"] not in both and
                     {outcome(r, "export"), outcome(r, "dynamo")} <= {"ok", "close"}})
     archs = {r.get("arch") for r in results}
-    lines = [f"architectures through both paths within 1e-4 of eager PyTorch: {len(both)} of "
-             f"{len(archs)}"]
+    lines = [(f"architectures through both paths within 1e-4 of eager PyTorch: {len(both)} of "
+              f"{len(archs)}")]
     if close:
         lines.append(f"and through both paths, beyond 1e-4 of eager float32 but closer than it "
                      f"to eager float64: {len(close)} ({', '.join(close)})")

@@ -67,7 +67,7 @@ def test_graph_breaks_and_new_shapes():
     graphs = []
     compiled = torch.compile(module, backend=_counting(graphs))
     with torch.no_grad():
-        for batch in (1, 2, 3):
+        for batch in (1, 3):
             x = torch.randn(batch, 3, 8, 8)
             assert_close(compiled(x), eager(module, x))
     assert len(graphs) >= 2        # the graph break splits the forward in two

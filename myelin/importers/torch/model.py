@@ -54,7 +54,7 @@ class TorchModel:
     def __init__(self, module, example_inputs=None, example_kwargs=None, *, frozen=None,
                  bind_parameters=False, precision="float32", max_signatures=8,
                  **compiler_options):
-        if isinstance(module, torch.nn.Module) is False and not callable(module):
+        if not callable(module):
             raise InputError(f"myelin.torch compiles an nn.Module or a callable, not "
                              f"{type(module).__name__}")
         self.module = module

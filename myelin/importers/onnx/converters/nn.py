@@ -11,15 +11,6 @@ import numpy as np
 from myelin.importers.onnx.converters import converter
 
 
-def product(ctx, a, b, transpose_a=False, transpose_b=False):
-    """A MatMul; float16 operands are multiplied in float32 and the product rounded back."""
-    attrs = {"transpose_a": bool(transpose_a) or None, "transpose_b": bool(transpose_b) or None}
-    if a.dtype != "float16":
-        return ctx.op("MatMul", [a, b], attrs)
-    product = ctx.op("MatMul", [ctx.cast(a, "float32"), ctx.cast(b, "float32")], attrs)
-    return ctx.cast(product, "float16")
-
-
 @converter("MatMul")
 def _matmul_op(ctx):
     return matmul(ctx, ctx.input(0), ctx.input(1))
@@ -30,7 +21,7 @@ def matmul(ctx, a, b):
     axis it added is dropped from the result."""
     a2 = ctx.reshape(a, (1,) + a.shape) if a.rank == 1 else a
     b2 = ctx.reshape(b, b.shape + (1,)) if b.rank == 1 else b
-    result = product(ctx, a2, b2)
+    result = ctx.product(a2, b2)
     shape = result.shape
     if b.rank == 1:
         shape = shape[:-1]
@@ -42,7 +33,7 @@ def matmul(ctx, a, b):
 @converter("Gemm")
 def _gemm(ctx):
     """alpha * op(A) @ op(B) + beta * C."""
-    result = product(ctx, ctx.input(0), ctx.input(1), transpose_a=ctx.attr("transA", 0),
+    result = ctx.product(ctx.input(0), ctx.input(1), transpose_a=ctx.attr("transA", 0),
                       transpose_b=ctx.attr("transB", 0))
     alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
     if alpha != 1:

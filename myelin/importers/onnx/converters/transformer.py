@@ -12,7 +12,6 @@ import numpy as np
 from myelin.flow import dtypes
 from myelin.importers.onnx import proto
 from myelin.importers.onnx.converters import converter
-from myelin.importers.onnx.converters.nn import product
 
 
 def _slice(ctx, x, axis, start, stop):
@@ -161,7 +160,7 @@ def _attention(ctx):
         k = ctx.op("Gather", [k, heads], {"axis": 1})
         v = ctx.op("Gather", [v, heads], {"axis": 1})
 
-    scores = product(ctx, ctx.op("Mul", [q, root]), ctx.op("Mul", [k, root]),
+    scores = ctx.product(ctx.op("Mul", [q, root]), ctx.op("Mul", [k, root]),
                      transpose_b=True)
     softcap = ctx.attr("softcap", 0.0)
     if softcap and softcap > 0:
@@ -191,7 +190,7 @@ def _attention(ctx):
     if mode == 3:
         qk_output = probs
     probs = ctx.cast(probs, dtype)
-    y = product(ctx, probs, v)
+    y = ctx.product(probs, v)
     if three_d:
         y = ctx.op("Transpose", [y], {"perm": [0, 2, 1, 3]})
         y = ctx.reshape(y, y.shape[:2] + (y.shape[2] * y.shape[3],))

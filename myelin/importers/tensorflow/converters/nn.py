@@ -16,20 +16,15 @@ _PADDINGS = {"SAME": "SAME_UPPER", "VALID": "VALID"}
 
 
 # Products.
-def _product(ctx, a, b, transpose_a, transpose_b):
-    attrs = {"transpose_a": bool(transpose_a) or None, "transpose_b": bool(transpose_b) or None}
-    return ctx.op("MatMul", [a, b], attrs)
-
-
 @converter("MatMul")
 def _matmul(ctx):
-    return _product(ctx, ctx.input(0), ctx.input(1), ctx.attr("transpose_a", False),
+    return ctx.product(ctx.input(0), ctx.input(1), ctx.attr("transpose_a", False),
                     ctx.attr("transpose_b", False))
 
 
 @converter("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 def _batch_matmul(ctx):
-    product = _product(ctx, ctx.input(0), ctx.input(1), ctx.attr("adj_x", False),
+    product = ctx.product(ctx.input(0), ctx.input(1), ctx.attr("adj_x", False),
                        ctx.attr("adj_y", False))
     return ctx.cast(product, ctx.dtype("Tout")) if "Tout" in ctx.node.attr else product
 

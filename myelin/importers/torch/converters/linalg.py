@@ -11,22 +11,13 @@ ever made.
 from myelin.importers.torch.converters import converter
 
 
-def product(ctx, a, b, transpose_a=False, transpose_b=False):
-    """A MatMul; float16 operands are multiplied in float32 and the product rounded back."""
-    attrs = {"transpose_a": bool(transpose_a) or None, "transpose_b": bool(transpose_b) or None}
-    if a.dtype != "float16":
-        return ctx.op("MatMul", [a, b], attrs)
-    result = ctx.op("MatMul", [ctx.cast(a, "float32"), ctx.cast(b, "float32")], attrs)
-    return ctx.cast(result, "float16")
-
-
 def matmul(ctx, a, b, transpose_b=False):
     """NumPy's matmul (``torch.matmul``): a vector operand becomes a one-row or one-column
     matrix, and the axis it added is dropped from the result. ``transpose_b`` reads ``b``'s
     last two axes swapped (b a matrix or more)."""
     a2 = ctx.reshape(a, (1,) + a.shape) if a.rank == 1 else a
     b2 = ctx.reshape(b, b.shape + (1,)) if b.rank == 1 else b
-    result = product(ctx, a2, b2, transpose_b=transpose_b and b.rank > 1)
+    result = ctx.product(a2, b2, transpose_b=transpose_b and b.rank > 1)
     shape = result.shape
     if b.rank == 1:
         shape = shape[:-1]
@@ -53,7 +44,7 @@ def _matmul(ctx):
 
 @converter("aten.mm", "aten.bmm")
 def _mm(ctx):
-    return product(ctx, ctx.tensor("self"), ctx.tensor("mat2"))
+    return ctx.product(ctx.tensor("self"), ctx.tensor("mat2"))
 
 
 @converter("aten.dot", "aten.vdot", "aten.mv")
@@ -78,7 +69,7 @@ def _scaled_sum(ctx, bias, result, beta, alpha):
 def _addmm(ctx):
     """beta * self + alpha * (mat1 @ mat2) (batch1 @ batch2 for baddbmm)."""
     first, second = ("mat1", "mat2") if "mat1" in ctx.args else ("batch1", "batch2")
-    result = product(ctx, ctx.tensor(first), ctx.tensor(second))
+    result = ctx.product(ctx.tensor(first), ctx.tensor(second))
     return _scaled_sum(ctx, ctx["self"], result, ctx.get("beta", 1), ctx.get("alpha", 1))
 
 
