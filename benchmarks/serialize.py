@@ -11,12 +11,13 @@ compiler, or ``myelin.runtime.serialize``: timed apart, and printed):
 - ``unpickle network``: ``pickle.loads`` of the compiled Network's pickle (read from a file
   before timing), then its output checked bit for bit against the compiling process's;
 - ``load network file``: ``myelin.load(path)`` of the network saved with ``network.save``;
-- ``unpickle OnnxModel``: ``pickle.loads`` of the whole OnnxModel (it parses the ONNX model
-  again, but compiles nothing);
+- ``unpickle OnnxModel``: ``pickle.loads`` of the whole OnnxModel (its ONNX model kept as
+  bytes, parsed only if it compiles a new signature), then its output checked;
 - ``pool of 4``: a spawned ``multiprocessing`` pool of 4 workers (started, myelin imported),
-  each given the network's pickle: the time each worker's ``pickle.loads`` took, and until
-  all four had loaded it (the pickle sent to each included). On a machine with fewer than
-  4 free cores the four loads share them.
+  each given the network's pickle, or the path of its saved file: the time each worker's
+  ``pickle.loads`` or ``myelin.load`` took (and the CPU time it used), and until all four
+  had loaded it (the pickle or path sent to each included). On a machine with fewer than 4
+  free cores the four loads share them.
 
 Times are medians over ``--runs`` runs.
 """
@@ -42,9 +43,9 @@ def _child(mode, folder):
     start = time.perf_counter()
     import myelin.onnx
     if mode == "compile":
-        import myelin.compiler  # noqa: F401
+        import myelin.compiler
     else:
-        import myelin.runtime.serialize  # noqa: F401
+        import myelin.runtime.serialize
     imports = time.perf_counter() - start
     x = np.load(os.path.join(folder, "x.npy"))
     if mode == "compile":
@@ -93,7 +94,7 @@ def _same(network, x, want):
 
 def _imports():
     """A worker's start: its imports, as the other loading processes'."""
-    import myelin.onnx  # noqa: F401
+    import myelin.onnx
     import myelin.runtime.serialize  # noqa: F401
 
 
@@ -102,23 +103,35 @@ def _started(_):
     return os.getpid()
 
 
-def _worker(data):
-    start = time.perf_counter()
-    pickle.loads(data)
-    return time.perf_counter() - start
+def _worker(sent):
+    """Seconds and CPU seconds this worker took to load the network ``sent`` to it: its
+    pickle, or its file's path."""
+    import myelin
+
+    start, cpu = time.perf_counter(), time.process_time()
+    if isinstance(sent, bytes):
+        pickle.loads(sent)
+    else:
+        myelin.load(sent)
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def _pool(folder):
+def _pool(folder, sent):
+    """The loads of a pool of 4 workers, each ``sent`` "pickle" (the network's pickle) or
+    "file" (the path of its saved file)."""
     import multiprocessing
 
-    with open(os.path.join(folder, "network.pickle"), "rb") as file:
-        data = file.read()
+    if sent == "pickle":
+        with open(os.path.join(folder, "network.pickle"), "rb") as file:
+            sent = file.read()
+    else:
+        sent = os.path.join(folder, "network.myelin")
     context = multiprocessing.get_context("spawn")
     with context.Pool(4, initializer=_imports) as pool:
         while len(set(pool.map(_started, range(8), chunksize=1))) < 4:
             pass                            # every worker started and imported
         start = time.perf_counter()
-        loads = pool.map(_worker, [data] * 4, chunksize=1)
+        loads = pool.map(_worker, [sent] * 4, chunksize=1)
         seconds = time.perf_counter() - start
     return {"seconds": seconds, "loads": loads}
 
@@ -137,7 +150,8 @@ def main():
     args = parser.parse_args()
     if args.child:
         mode, folder = args.child
-        result = _pool(folder) if mode == "pool" else _child(mode, folder)
+        result = _pool(folder, mode[5:]) if mode.startswith("pool") else \
+            _child(mode, folder)
         print(json.dumps(result))
         return
 
@@ -152,7 +166,7 @@ def main():
         np.save(os.path.join(folder, "x.npy"),
                 np.random.default_rng(0).standard_normal(SHAPE, np.float32))
         for _ in range(args.runs):
-            for mode in ("compile", "network", "file", "model", "pool"):
+            for mode in ("compile", "network", "file", "model", "pool-pickle", "pool-file"):
                 results.setdefault(mode, []).append(_run(mode, folder))
     compile_ = statistics.median(r["seconds"] for r in results["compile"])
     imports = {mode: statistics.median(r["imports"] for r in results[mode])
@@ -167,11 +181,14 @@ def main():
         same = all(r["same"] for r in results[mode])
         print(f"{label:24}{seconds:9.3f}{seconds / compile_:11.1%}"
               f"{'' if same else '  OUTPUTS DIFFER'}")
-    loads = [load for r in results["pool"] for load in r["loads"]]
-    pool = statistics.median(r["seconds"] for r in results["pool"])
-    print(f"{'pool of 4: each load':24}{statistics.median(loads):9.3f}"
-          f"{statistics.median(loads) / compile_:11.1%}  (slowest {max(loads):.3f})")
-    print(f"{'pool of 4: all loaded':24}{pool:9.3f}{pool / compile_:11.1%}")
+    for mode, sent in (("pool-pickle", "pickle"), ("pool-file", "path")):
+        loads = [load for r in results[mode] for load, _ in r["loads"]]
+        cpu = statistics.median(cpu for r in results[mode] for _, cpu in r["loads"])
+        pool = statistics.median(r["seconds"] for r in results[mode])
+        print(f"{f'pool of 4, {sent}: each':24}{statistics.median(loads):9.3f}"
+              f"{statistics.median(loads) / compile_:11.1%}  (slowest {max(loads):.3f}; "
+              f"CPU {cpu:.3f} s, {cpu / compile_:.1%})")
+        print(f"{f'pool of 4, {sent}: all':24}{pool:9.3f}{pool / compile_:11.1%}")
     print(f"imports before timing: {imports['compile']:.3f} s (myelin.onnx, compiler), "
           f"{imports['network']:.3f} s (myelin.onnx, serialize)")
     if args.json:

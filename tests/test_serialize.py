@@ -135,6 +135,8 @@ def test_an_onnx_model_with_several_signatures(tmp_path):
     loaded = pickle.loads(pickle.dumps(model))
     assert all(_same(loaded.run([x]), w) for x, w in zip(inputs, want))
     assert len(loaded.compiles) == 3          # none compiled again
+    again = pickle.loads(pickle.dumps(loaded))   # (before it parsed its ONNX model)
+    assert _same(again.run([inputs[1]]), want[1]) and again.input_names == ["x"]
     two = inputs[2][:2]
     np.testing.assert_allclose(loaded.run([two])[0], np.tanh(two @ weight), rtol=1e-5)
     assert len(loaded.compiles) == 4          # a new batch size compiles, as before

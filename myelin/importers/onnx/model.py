@@ -50,19 +50,13 @@ class OnnxModel:
         if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or \
                 max_signatures < 1:
             raise InputError(f"max_signatures must be a positive int, not {max_signatures!r}")
-        self.proto = proto.load(model, base_dir)
-        importer.check_supported(self.proto)
-        self.compiler_options = compiler_options
-        self.max_signatures = max_signatures
-        self.input_names = [i.name for i in self.proto.graph.input
-                            if i.name not in {t.name for t in self.proto.graph.initializer}]
-        self.output_names = [o.name for o in self.proto.graph.output]
-        self._value_inputs = set()     # inputs the graph reads as shapes or parameters
-        self._compiled = collections.OrderedDict()   # least recently used first
-        self._lock = threading.Lock()        # held while compiling
-        self._order_lock = threading.Lock()  # held while the order of _compiled changes
-        self._last = None              # the most recently used compiled signature
-        self.compiles = []             # (signature, reason, seconds) per compile
+        parsed = proto.load(model, base_dir)
+        importer.check_supported(parsed)
+        graph = parsed.graph
+        self._start(parsed, None, compiler_options, max_signatures,
+                    [i.name for i in graph.input
+                     if i.name not in {t.name for t in graph.initializer}],
+                    [o.name for o in graph.output])
         # Shapes that depend on run-time values: stages, each an OnnxModel (staged.py).
         self.staged = staged.plan(self.proto, functools.partial(
             OnnxModel, max_signatures=max_signatures, **compiler_options))
@@ -75,6 +69,30 @@ class OnnxModel:
                 self.staged.compile_first(dict(input_shapes))
             else:
                 self._compile(dict(input_shapes), {}, "shapes given at load time")
+
+    def _start(self, parsed, serialized, compiler_options, max_signatures, input_names,
+               output_names):
+        """The state of a model with nothing compiled, of its ModelProto ``parsed`` or, a
+        loaded model's, its bytes ``serialized`` (parsed when first needed)."""
+        self._proto, self._proto_bytes = parsed, serialized
+        self.compiler_options = compiler_options
+        self.max_signatures = max_signatures
+        self.input_names, self.output_names = list(input_names), list(output_names)
+        self._value_inputs = set()     # inputs the graph reads as shapes or parameters
+        self._compiled = collections.OrderedDict()   # least recently used first
+        self._lock = threading.Lock()        # held while compiling
+        self._order_lock = threading.Lock()  # held while the order of _compiled changes
+        self._last = None              # the most recently used compiled signature
+        self.compiles = []             # (signature, reason, seconds) per compile
+        self.staged = None
+
+    @property
+    def proto(self):
+        """The ModelProto (a loaded model's is parsed here, when first asked for)."""
+        if self._proto is None:
+            self._proto = proto.load(self._proto_bytes)
+            self._proto_bytes = None
+        return self._proto
 
     @property
     def flow(self):
@@ -91,16 +109,18 @@ class OnnxModel:
 
     # Saving and pickling (myelin.runtime.serialize): the model, the options and every
     # compiled signature (its network or program, as their own bytes), not the imported
-    # flows (imported again when asked for); a staged model's stages alike.
+    # flows (imported again when asked for); a staged model's stages alike. A loaded model
+    # that runs in one stage parses its ONNX model only when it compiles a new signature.
     def __reduce__(self):
         with self._order_lock:
             compiled = [_saved(entry) for entry in self._compiled.values()]
             last = None if self._last is None else self._last.signature
         stages = None if self.staged is None else \
             [stage._model for stage in self.staged.graph.all_stages()]
-        return _restore, (self.proto.SerializeToString(), self.compiler_options,
-                          self.max_signatures, sorted(self._value_inputs), list(self.compiles),
-                          compiled, last, stages)
+        model = self._proto_bytes if self._proto is None else self._proto.SerializeToString()
+        return _restore, (model, self.compiler_options, self.max_signatures,
+                          sorted(self._value_inputs), list(self.compiles), compiled, last,
+                          stages, (self.input_names, self.output_names))
 
     def save(self, path):
         """Write the model and every signature compiled so far to the file ``path``, which
@@ -262,9 +282,14 @@ def _saved(compiled):
 
 
 def _restore(model, compiler_options, max_signatures, value_inputs, compiles, compiled, last,
-             stages):
-    """The OnnxModel of :meth:`OnnxModel.__reduce__`."""
-    restored = OnnxModel(model, max_signatures=max_signatures, **compiler_options)
+             stages, names=None):
+    """The OnnxModel of :meth:`OnnxModel.__reduce__` (``names``, its input and output
+    names, where the pickle has them: the model is not parsed unless it runs in stages)."""
+    if stages is None and names is not None:
+        restored = OnnxModel.__new__(OnnxModel)     # (a model in stages is planned again)
+        restored._start(None, model, compiler_options, max_signatures, *names)
+    else:
+        restored = OnnxModel(model, max_signatures=max_signatures, **compiler_options)
     restored._value_inputs = set(value_inputs)
     restored.compiles = list(compiles)
     for kind, fields, code in compiled:
