@@ -13,6 +13,7 @@ from myelin.ops import conv  # noqa: F401
 from myelin.ops import sampling  # noqa: F401
 from myelin.ops import roi  # noqa: F401
 from myelin.ops import control  # noqa: F401
+from myelin.ops import quantized  # noqa: F401
 from myelin.ops.registry import (Kind, OpDef, TensorType, attribute, broadcast_shapes,
                                  check_supported, find, infer, lookup, register, types,
                                  unregister)

@@ -23,7 +23,8 @@ import sys
 import time
 from typing import Callable
 
-from myelin.optimize import attention, cleanup, fold, fusion, inference, infer, simplify
+from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, quantized,
+                             simplify)
 
 DEFAULT_LEVEL = 3
 MAX_LEVEL = 3
@@ -60,6 +61,7 @@ PIPELINE = (
         Pass("fold_constants", fold.fold_constants, 2),
         Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),
     )),
+    Pass("fuse_integer_matmul", quantized.fuse_integer_matmul, 2),
     Pass("fuse_attention", attention.fuse_attention, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused

@@ -116,10 +116,10 @@ def _exact_round_trip(inner, target):
         limits = np.iinfo(dtypes.to_numpy(middle.dtype))
     except (ShapeError, ValueError):          # bool
         return False
-    return _clamped(source, limits.min, limits.max)
+    return clamped(source, limits.min, limits.max)
 
 
-def _clamped(value, low, high):
+def clamped(value, low, high):
     """True if ``value`` is ``Minimum(Maximum(v, a), b)`` or ``Maximum(Minimum(v, b), a)`` of
     an integral ``v``, with constant integral bounds low <= a, b <= high."""
     outer = value.producer

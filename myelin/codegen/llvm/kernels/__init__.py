@@ -12,6 +12,7 @@ from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
 from myelin.codegen.llvm.kernels.fused import CalculateKernel
 from myelin.codegen.llvm.kernels.indexing import KERNELS as _INDEXING_KERNELS
 from myelin.codegen.llvm.kernels.matmul import MatMulKernel
+from myelin.codegen.llvm.kernels.matmul_int8 import MatMulInt8Kernel
 from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, ConcatKernel,
                                                   GatherKernel, ShapeKernel, SliceKernel,
                                                   SplitKernel, TransposeKernel, ViewKernel)
@@ -26,6 +27,7 @@ _VIEW = ViewKernel()
 _LIBRARY = {
     "MatMul": [MatMulKernel()],
     "FusedMatMul": [MatMulKernel()],
+    "MatMulInteger": [MatMulInt8Kernel()],
     "Calculate": [CalculateKernel()],
     "Transpose": [TransposeKernel()],
     "Concat": [ConcatKernel()],

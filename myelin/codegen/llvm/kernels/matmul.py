@@ -109,7 +109,13 @@ class Plan:
     ``split_rows`` says to split tasks by rows first (else by panels, which suits a B whose
     packing is the costly part, as in a convolution). ``choice`` may set the tile's
     ``vectors`` and ``rows`` and the ``group_bytes`` of panels a group of tile rows passes
-    over (see :func:`choices`); the defaults fit the target's registers and caches."""
+    over (see :func:`choices`); the defaults fit the target's registers and caches.
+    ``product`` names the multiply-add of the tile functions, ``madd(builder, a, b, acc)``
+    with ``a`` an element of A splatted and ``b`` a vector of B's panel: a subclass whose
+    elements are groups of narrower values (:mod:`.matmul_int8`) sets its own."""
+
+    product = "madd"
+    madd = staticmethod(_madd)
 
     def __init__(self, ctx, m, n, k, batch, dtype, packing, trans_a=False, trans_b=False,
                  epilogue=None, split_rows=True, choice=None):
@@ -510,7 +516,7 @@ class Task:
         tile = irutil.stack_array(b, vector, rows * vectors)
         shape = _TileShape.of(plan, rows, vectors, lanes, stride)
         kernel = self.ctx.function(("matmul tile",) + shape,
-                                   lambda module: _tile_function(module, shape))
+                                   lambda module: _tile_function(module, shape, plan.madd))
         b.call(kernel, [a, source, tile, irutil.i64(plan.k), irutil.i64(plan.a_strides()[0])])
         for r in range(rows):
             row = b.add(ival(i), irutil.i64(r))
@@ -581,20 +587,23 @@ class _TileShape(NamedTuple):
     vectors: int
     lanes: int
     split: int          # accumulator sets the k loop rotates through
-    blocked: bool       # k may pass one block (K_BLOCK * split): sums added block by block
+    blocked: bool       # float sums whose k may pass one block (K_BLOCK * split): added
+    #                     block by block (integer sums are exact)
     k_stride: int       # elements between A[i, k] and A[i, k + 1]
     stride: int         # elements between the panel's rows k and k + 1
     itemsize: int
+    product: str        # the multiply-add (see Plan.product)
 
     @classmethod
     def of(cls, plan, rows, vectors, lanes, stride):
         tile = rows * vectors
         split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
-        return cls(plan.dtype, rows, vectors, lanes, split, plan.k > K_BLOCK * split,
-                   plan.a_strides()[1], stride, plan.itemsize)
+        blocked = plan.k > K_BLOCK * split and plan.dtype in dtypes.FLOAT_TYPES
+        return cls(plan.dtype, rows, vectors, lanes, split, blocked,
+                   plan.a_strides()[1], stride, plan.itemsize, plan.product)
 
 
-def _tile_function(module, shape):
+def _tile_function(module, shape, madd):
     """A function ``void(ptr a, ptr panel, ptr out, i64 k, i64 a_row_stride)`` storing in
     ``out`` the ``rows x vectors`` sums of A's rows from ``a`` times the panel over k.
 
@@ -623,7 +632,7 @@ def _tile_function(module, shape):
         for r in range(rows):
             at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(shape.k_stride)))
             scalar = irutil.splat(b, irutil.load(b, at, dtype, 1, shape.itemsize), lanes)
-            out += [_madd(b, scalar, loaded[v], accumulators[r * vectors + v])
+            out += [madd(b, scalar, loaded[v], accumulators[r * vectors + v])
                     for v in range(vectors)]
         return out
 
