@@ -303,17 +303,27 @@ class Compiler:
             else:
                 compilation.add(symbol, functions.texts[symbol], KERNEL_OPT_LEVEL)
         compilation.add(_CELLS, str(module), CELL_OPT_LEVEL)
+        table = externals.table(globals_, counters, self.threads)
+
+        def keep(symbol, object_bytes):       # (a kernel function, as soon as it is compiled)
+            if symbol == _CELLS:
+                return
+            used = _used(table, object_bytes)
+            cache.store(symbol, object_bytes, used)
+            if symbol in functions.emitted:
+                signature, fails = functions.emitted[symbol]
+                cache.remember(signature, symbol, fails, object_bytes, used)
+
         compiled, dumps = compilation.results(
-            [_CELLS] + [name for name in compilation.modules if name != _CELLS])
+            [_CELLS] + [name for name in compilation.modules if name != _CELLS],
+            keep if self.cache and cache else None)
         cells = compiled.pop(_CELLS)
         objects.update(compiled)
-        table = externals.table(globals_, counters, self.threads)
         if self.cache:
-            for symbol in compiled if cache else ():
-                cache.store(symbol, objects[symbol], _used(table, objects[symbol]))
             for symbol, (signature, fails) in functions.emitted.items():
-                cache.remember(signature, symbol, fails, objects[symbol],
-                               _used(table, objects[symbol]))
+                if symbol not in compiled:          # (found in the cache by its symbol)
+                    cache.remember(signature, symbol, fails, objects[symbol],
+                                   _used(table, objects[symbol]))
             if fields:
                 self.cache.store(fields, cells, externals.arrays, table,
                                  {"cells": list(symbols), "steps": _steps_with_code(planned)})

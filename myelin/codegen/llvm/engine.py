@@ -163,11 +163,24 @@ class Compilation:
                   "asm": _emit(machine, parsed, False) if self.want["asm"] else None}
         return _emit(machine, parsed, True), dumped
 
-    def results(self, order=None):
+    def results(self, order=None, each=None):
         """(the object file of each module by name, and the dumps of the modules in
-        ``order``, by default as added)."""
-        done = {name: work.result() if self.pool else self._compile(name, *work)
-                for name, work in self.modules.items()}
+        ``order``, by default as added). ``each(name, object file)`` is called on this thread
+        for each module as soon as it is compiled, while the compile threads go on with the
+        others (the compiler writes them to its cache meanwhile)."""
+        finished = {}
+        if self.pool:
+            names = {future: name for name, future in self.modules.items()}
+            for future in concurrent.futures.as_completed(names):
+                finished[names[future]] = future.result()
+                if each:
+                    each(names[future], finished[names[future]][0])
+        else:
+            for name, work in self.modules.items():
+                finished[name] = self._compile(name, *work)
+                if each:
+                    each(name, finished[name][0])
+        done = {name: finished[name] for name in self.modules}       # (in the order added)
         dumps = {kind: "\n".join(done[name][1][kind] for name in order or done)
                  for kind, wanted in self.want.items() if wanted}
         for kind in dumps:
