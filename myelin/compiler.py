@@ -31,7 +31,7 @@ from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.codegen.llvm.kernelcache import KernelCache
-from myelin.errors import CompileError, FlowError, UnsupportedOpError
+from myelin.errors import CompileError, FlowError, ShapeError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
 from myelin.ops import control, registry
 from myelin.plan import memory
@@ -349,6 +349,7 @@ class Compiler:
         steps = [[step.name, step.kernel.kernel_name(step), step.variant, step.choice]
                  for cell in planned for step in cell.steps]
         fields = {**codecache.environment(), "flow": digest, "steps": steps,
+                  "batch_size": flow.batch_size,        # (the size of -1 dimensions)
                   "options": {"opt_level": self.opt_level, "reuse_memory": self.reuse_memory,
                               "alignment": self.alignment, "threads": self.threads,
                               "profile": self.profile, "loops": self.loops},
@@ -481,8 +482,20 @@ class Compiler:
         if not var.dtype:
             raise CompileError(f"variable {var.name} has no data type")
         dtypes.canonical(var.dtype)
-        # A dynamic dimension (-1) is planned as 1; a dimension of 0 stays (an empty tensor).
-        shape = tuple(1 if d < 0 else d for d in var.shape)
+        # A dimension of 0 stays (an empty tensor); a dynamic one (-1) takes the flow's batch
+        # size, which must have been given: it is never guessed.
+        shape = var.shape
+        if any(d < 0 for d in shape):
+            batch = var.flow.batch_size
+            if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                                      or batch < 0):
+                raise ShapeError(f"flow.batch_size is {batch!r}: a size is an int >= 0")
+            if batch is None:
+                raise ShapeError(
+                    f"variable {var.name} has a dynamic dimension (-1) in its shape "
+                    f"{list(shape)}, whose size myelin does not guess: give every -1 a size with "
+                    f"flow.batch_size = N before compiling, or make the variable with its sizes")
+            shape = tuple(batch if d < 0 else d for d in shape)
         ref = kind == INPUT and var.ref
         spec = TensorSpec(var.name, dtypes.canonical(var.dtype), shape, kind,
                           aliases=list(var.aliases), is_output=var.is_output,

@@ -56,6 +56,8 @@ def _hint(message):
     """What to try after an error with ``message``."""
     if "dynamic shape" in message:
         return "give the input's shape with --shape NAME=D0,D1,..."
+    if "dynamic dimension (-1)" in message:
+        return "give the size of a .flow file's -1 dimensions with --batch-size N"
     return "run with --debug to see where it failed"
 
 

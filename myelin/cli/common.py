@@ -50,7 +50,7 @@ def _number(kind, low, text, strict=False):
 
 
 def count_arg(text):
-    """An int of 0 or more (--runs, --warmup, --seed)."""
+    """An int of 0 or more (--runs, --warmup, --seed, --batch-size)."""
     return _number(int, 0, text)
 
 
@@ -95,11 +95,17 @@ def load_flow(args):
         initializers = {t.name for t in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in initializers]
         return import_graph(model, shapes(args, names) or None).flow
+    if args.batch_size is not None and not args.model.endswith(".flow"):
+        raise UsageError("--batch-size applies to .flow files only",
+                         "give the shapes of an ONNX model's inputs with --shape")
     if args.model.endswith(".flow"):
         if args.shape:
             raise UsageError("--shape applies to ONNX models only",
-                             "a .flow file has its shapes in it")
-        return myelin.Flow.load(args.model)
+                             "a .flow file has its shapes in it (its -1 dimensions take "
+                             "--batch-size)")
+        flow = myelin.Flow.load(args.model)
+        flow.batch_size = args.batch_size
+        return flow
     raise UsageError(f"cannot tell the format of {args.model}", "give a .onnx or a .flow file")
 
 
@@ -212,6 +218,8 @@ def model_command(commands, name, help_text, run, compiles=True, details=""):
     command.add_argument("--shape", type=shape_arg, action="append", default=[],
                          metavar="NAME=D0,D1,...",
                          help="the shape of an ONNX input with dynamic dimensions")
+    command.add_argument("--batch-size", type=count_arg, default=None, metavar="N",
+                         help="the size of a .flow file's dynamic (-1) dimensions")
     command.add_argument("--opt-level", type=int, default=3, choices=range(4),
                          help="graph optimization level (default 3)")
     if compiles:

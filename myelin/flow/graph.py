@@ -307,6 +307,8 @@ class Flow:
 
     Objects are kept in insertion order in ``vars``, ``ops``, ``funcs``, ``cnxs`` and ``blobs``
     (dicts keyed by name). Variables are also found by alias with :meth:`var_named`.
+    ``batch_size`` (SLING's ``set_batch_size``) is the size the compiler gives every dynamic
+    (-1) dimension; unset (None), a flow with one does not compile.
     """
 
     def __init__(self):
@@ -318,7 +320,7 @@ class Flow:
         self.flags = 0
         self._aliases = {}
         self._suffixes = {}     # name -> the number to try first for the next one like it
-        self.batch_size = 1
+        self.batch_size = None  # the size of every dynamic (-1) dimension, when compiled
 
     # Variables.
     def var(self, name, dtype="float32", shape=(), data=None):
