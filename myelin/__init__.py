@@ -18,8 +18,7 @@ from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
 from myelin.flow.builder import Builder
 from myelin import reference
 from myelin.autodiff import gradient
-
-__version__ = "0.1.0"
+from myelin.version import __version__  # noqa: F401
 
 
 # Subpackages that `import myelin` gives on first use (`myelin.control.compile(flow)`), so that

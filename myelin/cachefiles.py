@@ -47,7 +47,7 @@ import struct
 import tempfile
 import time
 
-from myelin.runtime.memory import aligned_zeros
+from myelin.memory import aligned_zeros
 
 log = logging.getLogger("myelin.cache")
 

@@ -33,6 +33,7 @@ from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.codegen.llvm.kernelcache import KernelCache
 from myelin.errors import CompileError, FlowError, ShapeError, UnsupportedOpError
 from myelin.flow import dtypes, fileformat
+from myelin.memory import aligned_zeros
 from myelin.ops import control, registry
 from myelin.plan import memory
 from myelin.plan.assign import fold_assigns
@@ -41,7 +42,6 @@ from myelin.plan.cell import (CONSTANT, INPUT, LEARNABLE, LOCAL, OUTPUT, Repeat,
                               TensorSpec)
 from myelin.plan.kernel import EMPTY
 from myelin.progress import Reporter, callback as progress_callback
-from myelin.runtime.memory import aligned_zeros
 from myelin.runtime.network import Cell, Network
 from myelin.runtime.serialize import Image
 

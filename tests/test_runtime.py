@@ -8,7 +8,7 @@ import pytest
 
 import myelin
 from jitcheck import guide_flow
-from myelin.runtime.memory import address
+from myelin.memory import address
 
 
 def numpy_guide(xv, W, b):

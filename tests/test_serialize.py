@@ -311,7 +311,7 @@ def test_damaged_truncated_and_foreign_files_are_refused(guide, tmp_path, monkey
     # Another myelin version's, a header edited into nonsense.
     header, blobs = serialize.unpack(data)
     with monkeypatch.context() as patch:
-        patch.setattr(myelin, "__version__", "0.0.1")
+        patch.setattr(myelin.version, "__version__", "0.0.1")
         old = serialize.pack("network", {k: v for k, v in header.items()
                                          if k not in ("kind", "myelin", "blobs")}, blobs)
     with pytest.raises(SerializationError, match="saved by myelin '0.0.1'"):

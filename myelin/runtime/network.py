@@ -16,7 +16,7 @@ import numpy as np
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Variable
-from myelin.runtime.memory import address, aligned_zeros
+from myelin.memory import address, aligned_zeros
 
 _CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
@@ -276,7 +276,7 @@ class Cell:
     def profile(self):
         """The :class:`~myelin.runtime.profile.Profile` of this cell: time per step, summed
         over every call of every instance since compiling or :meth:`reset_profile`."""
-        from myelin.runtime.profile import Profile     # (it loads LLVM and the kernels)
+        from myelin.runtime.profile import Profile  # (it loads LLVM and the kernels)
         return Profile(self, self._profile_counters().copy())
 
     def reset_profile(self):

@@ -103,7 +103,7 @@ def pack(kind, header, blobs, shift=SHIFT):
     """The bytes of a file holding ``header`` (a JSON dict, given ``kind`` and the blobs'
     places here) and the bytes-like ``blobs``, the payload at ``shift`` bytes past a multiple
     of ALIGN."""
-    from myelin import __version__
+    from myelin.version import __version__
 
     places, end = [], 0
     blobs = [memoryview(blob).cast("B") for blob in blobs]
@@ -130,7 +130,7 @@ def unpack(data, kinds=_KINDS, placed=False):
     wrong. The blobs are memoryviews of ``data``; with ``placed``, a network's are uint8
     arrays aligned to :data:`ALIGN` bytes: views of ``data`` where its payload lies aligned
     (read-only if ``data`` is), else of one copy of the payload."""
-    from myelin import __version__
+    from myelin.version import __version__
 
     data = memoryview(data).cast("B")
     if data.nbytes < _FRAME.size or bytes(data[:len(MAGIC)]) != MAGIC:
@@ -676,7 +676,7 @@ def _aligned_empty(nbytes, shift=0):
 def _copy(data, alignment):
     """A copy of the uint8 array ``data`` at a multiple of ``alignment`` (at least one byte
     long: an empty tensor still has an address)."""
-    from myelin.runtime.memory import aligned_zeros
+    from myelin.memory import aligned_zeros
 
     block = aligned_zeros(max(data.nbytes, 1), alignment)
     block[:data.nbytes] = data

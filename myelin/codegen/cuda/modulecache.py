@@ -20,8 +20,9 @@ import json
 import logging
 import os
 
-from myelin import __version__, cachefiles
+from myelin import cachefiles
 from myelin.codegen.cuda import nvrtc, support
+from myelin.version import __version__
 
 log = logging.getLogger("myelin.cache")
 

@@ -68,8 +68,9 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from myelin import __version__, cachefiles, limits
+from myelin import cachefiles, limits
 from myelin.codegen.llvm import elf, engine, externals, kernelfunc, target
+from myelin.version import __version__
 
 log = logging.getLogger("myelin.cache")
 

@@ -32,15 +32,16 @@ import time
 import llvmlite.ir as ir
 import numpy as np
 
-from myelin import __version__, cachefiles
+from myelin import cachefiles
 from myelin.codegen.llvm import engine, kernelfunc
 from myelin.codegen.llvm.cell import emit_cell
 from myelin.codegen.llvm.externals import Externals
 from myelin.errors import MyelinError
 from myelin.flow import dtypes
+from myelin.memory import aligned_zeros
 from myelin.plan import memory
 from myelin.plan.cell import CONSTANT, INPUT, OUTPUT, TensorSpec
-from myelin.runtime.memory import aligned_zeros
+from myelin.version import __version__
 
 log = logging.getLogger("myelin.tuning")
 

@@ -1,0 +1,1 @@
+"""Planning: a function's steps, its tensors and their places in the instance."""
