@@ -1,8 +1,9 @@
 """Quantized models against ONNX Runtime (issue 27's table): the zoo's dynamic-quantized
 BERT-style encoder (sequence 128) and its int8 QDQ ResNet-50 and MobileNetV2 (batch 1), each
-with myelin's int8 kernels ("myelin"), without them ("before": the pass
-``fuse_integer_matmul`` off, so products are int32 MatMuls), and ONNX Runtime, all with
-default threads, timed in the same rounds (the systems' order alternating; medians).
+with myelin's int8 kernels ("myelin"), without them ("before": the passes
+``fuse_integer_matmul`` and ``fuse_integer_conv`` off, so products are int32 MatMuls and QDQ
+convolutions float ones), and ONNX Runtime, all with default threads, timed in the same
+rounds (the systems' order alternating; medians).
 
     python benchmarks/zoo/build.py bert_int8_dynamic resnet50_int8_qdq mobilenet_v2_int8_qdq
     python benchmarks/int8.py                      # all three
@@ -11,7 +12,7 @@ default threads, timed in the same rounds (the systems' order alternating; media
 Prints one row per model: median latencies, the ratios myelin / ONNX Runtime (the issue's
 goals: <= 0.9 for BERT and ResNet-50, <= 1.0 for MobileNetV2) and how far myelin's outputs
 are from ONNX Runtime's (largest difference over the output's largest magnitude), and how
-many steps run the int8 kernel.
+many steps run the int8 kernels (MatMulInteger and ConvInteger).
 """
 
 import argparse
@@ -29,6 +30,7 @@ from zoo import catalog, check
 import myelin.onnx
 
 MODELS = ("bert_int8_dynamic", "resnet50_int8_qdq", "mobilenet_v2_int8_qdq")
+PASSES = ("fuse_integer_matmul", "fuse_integer_conv")
 GOALS = {"bert_int8_dynamic": 0.9, "resnet50_int8_qdq": 0.9, "mobilenet_v2_int8_qdq": 1.0}
 
 
@@ -42,14 +44,15 @@ def measure(name, rounds):
                               np.random.default_rng(0))
     session = check.ort_session(onnx_path)
     after = myelin.onnx.load(str(onnx_path))
-    before = myelin.onnx.load(str(onnx_path), disable_passes=("fuse_integer_matmul",))
+    before = myelin.onnx.load(str(onnx_path), disable_passes=PASSES)
     want = session.run(None, feeds)
     got = after.run(feeds)
     error = max(float(np.max(np.abs(np.asarray(g, np.float64) - w)) / max(np.max(np.abs(w)),
                                                                         1e-30))
                 for g, w in zip(got, want))
     before.run(feeds)
-    steps = str(after.network().cell("main")).count("MatMulInteger[")
+    cell = str(after.network().cell("main"))
+    steps = cell.count("MatMulInteger[") + cell.count("ConvInteger[")
     samples = alternating({"myelin": lambda: after.run(feeds),
                            "before": lambda: before.run(feeds),
                            "ort": lambda: session.run(None, feeds)}, rounds=rounds)

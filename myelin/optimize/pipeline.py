@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, quantized,
-                             simplify)
+                             quantized_conv, simplify)
 
 DEFAULT_LEVEL = 3
 MAX_LEVEL = 3
@@ -62,6 +62,7 @@ PIPELINE = (
         Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),
     )),
     Pass("fuse_integer_matmul", quantized.fuse_integer_matmul, 2),
+    Pass("fuse_integer_conv", quantized_conv.fuse_integer_conv, 2),
     Pass("fuse_attention", attention.fuse_attention, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused

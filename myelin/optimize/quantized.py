@@ -23,26 +23,32 @@ from myelin.optimize.simplify import clamped
 _BYTES = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
-def _cast_of_bytes(var):
-    """(source, its byte type) where ``var`` is an int32 Cast of uint8 or int8 values: of a
-    byte variable, or of a float clamp to the range of one (a quantization, whose Cast to
-    bytes the simplifier merged into this one); else None."""
-    op = var.producer
-    if op is None or op.type != "Cast" or var.dtype != "int32":
-        return None
-    source = op.inputs[0]
-    if source.dtype in _BYTES:
-        return source, source.dtype
-    if source.dtype in dtypes.FLOAT_TYPES:
+def byte_source(var):
+    """(``var``, its byte type) where ``var`` holds uint8 or int8 values: a byte variable, or
+    a float clamp to the range of one (a quantization, whose Cast to bytes the simplifier
+    merged into the Cast that reads it); else None."""
+    if var.dtype in _BYTES:
+        return var, var.dtype
+    if var.dtype in dtypes.FLOAT_TYPES:
         for dtype, (low, high) in _BYTES.items():
-            if clamped(source, low, high):
-                return source, dtype
+            if clamped(var, low, high):
+                return var, dtype
     return None
 
 
-def _zero_point(flow, var, dtype):
-    """A one-element variable of ``dtype`` holding int32 ``var``'s value: its Cast source, or
-    a new constant for a constant in the type's range; None otherwise."""
+def _cast_of_bytes(var):
+    """(source, its byte type) where ``var`` is an int32 Cast of uint8 or int8 values
+    (:func:`byte_source`); else None."""
+    op = var.producer
+    if op is None or op.type != "Cast" or var.dtype != "int32":
+        return None
+    return byte_source(op.inputs[0])
+
+
+def zero_point(flow, var, dtype):
+    """A one-element variable of ``dtype`` holding ``var``'s value (int32, or a float
+    constant): its Cast source, or a new constant for an integral constant in the type's
+    range; None otherwise."""
     if var.elements != 1:
         return None
     found = _cast_of_bytes(var)
@@ -51,11 +57,11 @@ def _zero_point(flow, var, dtype):
         return source if source.dtype == dtype == its_dtype else None
     if not var.constant or var.learnable:
         return None
-    value = int(np.asarray(var.data).reshape(()))
+    value = float(np.asarray(var.data, np.float64).reshape(()))
     low, high = _BYTES[dtype]
-    if not low <= value <= high:
+    if not (value == np.round(value) and low <= value <= high):
         return None
-    return _constant(flow, f"{var.name}/{dtype}", np.array(value, dtypes.to_numpy(dtype)))
+    return constant(flow, f"{var.name}/{dtype}", np.array(int(value), dtypes.to_numpy(dtype)))
 
 
 def _shifted_bytes(flow, var):
@@ -63,7 +69,7 @@ def _shifted_bytes(flow, var):
     (``a`` a float clamp where the bytes are its Cast), else None."""
     found = _cast_of_bytes(var)
     if found is not None:
-        zero = _constant(flow, f"{var.name}/zero", np.zeros((), dtypes.to_numpy(found[1])))
+        zero = constant(flow, f"{var.name}/zero", np.zeros((), dtypes.to_numpy(found[1])))
         return found + (zero,)
     op = var.producer
     if op is None or op.type != "Sub" or var.dtype != "int32":
@@ -71,11 +77,11 @@ def _shifted_bytes(flow, var):
     found = _cast_of_bytes(op.inputs[0])
     if found is None or tuple(op.inputs[0].shape) != tuple(var.shape):
         return None
-    zero = _zero_point(flow, op.inputs[1], found[1])
+    zero = zero_point(flow, op.inputs[1], found[1])
     return None if zero is None else found + (zero,)
 
 
-def _as_bytes(flow, func, var, dtype):
+def as_bytes(flow, func, var, dtype):
     """``var`` itself if of ``dtype``, else a new Cast of it to ``dtype``."""
     if var.dtype == dtype:
         return var
@@ -100,7 +106,7 @@ def _weights(var, transposed):
     return np.ascontiguousarray(data, narrow)
 
 
-def _constant(flow, name, data):
+def constant(flow, name, data):
     return flow.var(flow.unique_var_name(name), dtypes.from_numpy(data.dtype), data.shape,
                     data=data)
 
@@ -123,10 +129,10 @@ def fuse_integer_matmul(flow, ctx):
             if shifted is None:
                 continue
             a, dtype, zero = shifted
-            a = _as_bytes(flow, func, a, dtype)
+            a = as_bytes(flow, func, a, dtype)
             out = op.outputs[0]
             flow.delete_op(op)
-            w = _constant(flow, f"{w32.name}/{weights.dtype}", weights)
+            w = constant(flow, f"{w32.name}/{weights.dtype}", weights)
             flow.op(flow.unique_op_name(f"{op.name}/Integer"), "MatMulInteger", func,
                     [a, w, zero], [out])
             ctx.log(f"{op.name}: int32 product of {a.dtype} by {weights.dtype} weights "

@@ -59,12 +59,13 @@ def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
     from myelin.compiler import Compiler      # (the driver sits above the back ends)
 
     target = CudaTarget(target) if isinstance(target, str) else target or CudaTarget()
-    # No CUDA kernel computes Attention or MatMulInteger: attention stays its MatMuls and
-    # softmax, integer products int32 MatMuls.
+    # No CUDA kernel computes Attention, MatMulInteger or ConvInteger: attention stays its
+    # MatMuls and softmax, integer products int32 MatMuls, QDQ convolutions float Convs.
     compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
                         alignment=GPU_ALIGNMENT,
                         disable_passes=tuple(disable_passes) + ("fuse_attention",
-                                                                "fuse_integer_matmul"),
+                                                                "fuse_integer_matmul",
+                                                                "fuse_integer_conv"),
                         threads=1,
                         cache=False, select=kernels.select)
     optimized, planned, globals_ = compiler.prepare(flow, target)

@@ -7,6 +7,7 @@ from myelin.codegen.llvm.kernels.conv import ConvKernel
 from myelin.codegen.llvm.kernels.conv_channels import ConvChannelsKernel
 from myelin.codegen.llvm.kernels.conv_depthwise import DepthwiseConvKernel
 from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
+from myelin.codegen.llvm.kernels.conv_int8 import ConvInt8Kernel
 from myelin.codegen.llvm.kernels.conv_transpose import ConvTransposeKernel
 from myelin.codegen.llvm.kernels.expression import ElementwiseKernel
 from myelin.codegen.llvm.kernels.fused import CalculateKernel
@@ -28,6 +29,7 @@ _LIBRARY = {
     "MatMul": [MatMulKernel()],
     "FusedMatMul": [MatMulKernel()],
     "MatMulInteger": [MatMulInt8Kernel()],
+    "ConvInteger": [ConvInt8Kernel()],
     "Calculate": [CalculateKernel()],
     "Transpose": [TransposeKernel()],
     "Concat": [ConcatKernel()],

@@ -1,0 +1,192 @@
+"""Integer convolutions on bytes: ``ConvInteger`` (:mod:`myelin.ops.quantized`), the
+convolution of ``x - x_zero`` (uint8 or int8 images) by constant int8 or int16 weights, in
+int32, with one group.
+
+It is :mod:`.conv_gemm`'s implicit im2col product with :mod:`.matmul_int8`'s multiply-add:
+per image, Y[M, pixels] = W[M, taps x channels] x X', the weights A (packed when the model
+compiles) and X' packed at run time, a group of panels at a time, from the image. Each int32
+element holds two int16 values of k (``pmaddwd``: two exact products per lane), and k runs
+over (kernel tap, pair of channels), so the two values of an element are two channels at
+the same tap: where the panel's vector of a tap comes from is the same for both, worked
+out once per tap (:class:`~.conv_gemm._ConvTask`), and each pair is two byte loads (or
+gathers at the image's borders), widened to int16 less the zero point (the padding zero
+after the shift) and interleaved. An odd channel count pads the last pair with zeros.
+"""
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm.kernels.base import Kernel
+from myelin.codegen.llvm.kernels.conv import nested_loops
+from myelin.codegen.llvm.kernels.conv_gemm import _ConvTask
+from myelin.codegen.llvm.kernels.matmul import Plan, choices
+from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD
+from myelin.ops import conv as conv_ops
+from myelin.ops.quantized import conv_part
+from myelin.plan.cell import CONSTANT
+
+I16 = ir.IntType(16)
+I32 = irutil.I32
+
+
+class _Plan(Plan):
+    """The product per image of the weights [M, taps x channel pairs] by the packed image, in
+    int32 elements of two int16 values."""
+
+    product = PMADDWD.name
+    madd = staticmethod(PMADDWD.madd)
+
+    def __init__(self, ctx, step, g):
+        self.pairs = -(-g.in_channels // 2)
+        self.taps = math.prod(g.kernel)
+        super().__init__(ctx, g.out_channels, math.prod(g.output), self.taps * self.pairs,
+                         (g.batch,), "int32", "run", split_rows=False, choice=step.choice)
+
+
+def _packed(step, plan):
+    """The weights [M, C, kernel...] as [M, taps, channel pairs] of int16 pairs in int32."""
+    w = step.inputs[1]
+    data = np.asarray(w.root().var.data).reshape(w.shape)
+    m, channels = data.shape[:2]
+    taps = data.reshape(m, channels, plan.taps).transpose(0, 2, 1)
+    padded = np.zeros((m, plan.taps, 2 * plan.pairs), np.int16)
+    padded[:, :, :channels] = taps
+    return np.ascontiguousarray(padded).view(np.int32).reshape(m, plan.k)
+
+
+def _geometry(step):
+    return conv_ops.geometry(conv_part(step))
+
+
+class ConvInt8Kernel(Kernel):
+    """``ConvInteger`` with constant weights and one group, on NCW, NCHW and NCDHW images."""
+
+    name = "ConvInteger"
+    shares_code = True
+
+    def supports(self, step, target):
+        if step.type != "ConvInteger" or not 3 <= len(step.inputs[0].shape) <= 5:
+            return False
+        root = step.inputs[1].root()
+        if root.kind != CONSTANT or root.var is None or root.var.data is None:
+            return False
+        g = _geometry(step)
+        return g.group == 1 and math.prod(g.input) * g.in_channels < 2 ** 31
+
+    def variant(self, step, target):
+        return f"{target.isa()}{PMADDWD.name}"
+
+    def choices(self, step, target):
+        return choices(target, _geometry(step).out_channels)
+
+    def flops(self, step):
+        return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
+
+    def emit(self, ctx, step):
+        g = _geometry(step)
+        plan = _Plan(ctx, step, g)
+        weights = _packed(step, plan)
+        ctx.parallel(f"ConvInteger.{step.name}", step.inputs + step.outputs, plan.tasks,
+                     lambda sub, index: _Task(sub, step, plan, g, weights, index).emit(),
+                     outline=plan.large)
+
+    def kept(self, ctx, step):
+        return [_packed(step, _Plan(ctx, step, _geometry(step)))]
+
+
+class _Task(_ConvTask):
+    """A task of a ConvInteger: an image, a block of output channels and a block of panels
+    of its pixels, packed as channel pairs."""
+
+    def __init__(self, ctx, step, plan, geometry, weights, index):
+        super().__init__(ctx, step, plan, geometry, index)
+        self.weights = weights
+        self.zero = None
+
+    def pointers(self, batch):
+        b, g, plan = self.b, self.g, self.plan
+        x, _, zero = self.step.inputs
+        image = g.in_channels * math.prod(g.input)
+        self.bp = irutil.element_ptr(b, self.ctx.pointer(x), x.dtype,
+                                     b.mul(batch, irutil.i64(image)))
+        self.c = irutil.element_ptr(b, self.ctx.pointer(self.step.outputs[0]), "int32",
+                                    b.mul(batch, irutil.i64(plan.m * plan.n)))
+        self.a = self.ctx.keep(self.weights)
+        value = irutil.load(b, self.ctx.pointer(zero), x.dtype)
+        self.zero = irutil.splat(b, self._widen(value), plan.lanes)
+
+    def _widen(self, value):
+        """Bytes of x as int16 (sign- or zero-extended by x's type)."""
+        typ = irutil.vector_of(I16, irutil.width_of(value))
+        return (self.b.sext if self.step.inputs[0].dtype == "int8" else self.b.zext)(value, typ)
+
+    def pack_panel(self, panels, panel, columns):
+        b, plan, g = self.b, self.plan, self.g
+        first = b.trunc(b.mul(panel, irutil.i64(plan.width)), I32)
+        lines = [self._line(first, v) for v in range(plan.vectors)]
+        plane = math.prod(g.input)
+        full = g.in_channels // 2
+
+        def tap(kernel):
+            sources = [self._source(line, [b.trunc(k, I32) for k in kernel]) for line in lines]
+            index = irutil.i64(0)
+            for k, size in zip(kernel, g.kernel):
+                index = b.add(b.mul(index, irutil.i64(size)), k)
+            base = b.mul(index, irutil.i64(plan.pairs))
+
+            def pair(number, channels):
+                row = self.packed_row(panels, panel, b.add(base, number))
+                images = [irutil.element_ptr(b, self.bp, self.step.inputs[0].dtype,
+                                             b.mul(c, irutil.i64(plane))) for c in channels]
+                for v, source in enumerate(sources):
+                    target = irutil.element_ptr(b, row, "int32", irutil.i64(v * plan.lanes))
+                    self._pack_pair(images, source, target)
+
+            with irutil.for_range(b, 0, full, name="gc") as number:
+                channel = b.mul(number, irutil.i64(2))
+                pair(number, [channel, b.add(channel, irutil.i64(1))])
+            if g.in_channels % 2:
+                pair(irutil.i64(full), [irutil.i64(g.in_channels - 1)])
+
+        nested_loops(b, list(g.kernel), tap, name="g")
+
+    def _pack_pair(self, images, source, target):
+        """Store at ``target`` one vector of a packed row: the elements of the channel planes
+        ``images`` (one or two; zeros for a missing second) at ``source``, less the zero
+        point, as int16 pairs."""
+        b, plan = self.b, self.plan
+        lanes, dtype, stride = plan.lanes, self.step.inputs[0].dtype, self.g.strides[-1]
+        contiguous, start, inside_rows, offsets, inside = source
+        zero16 = irutil.const(irutil.vector_of(I16, lanes), 0)
+
+        def interleaved(values):
+            values = values + [zero16] * (2 - len(values))
+            mask = ir.Constant(ir.VectorType(I32, 2 * lanes),
+                               [lane // 2 + (lane % 2) * lanes for lane in range(2 * lanes)])
+            both = b.shuffle_vector(values[0], values[1], mask)
+            irutil.store(b, b.bitcast(both, ir.VectorType(I32, lanes)), target, "int32")
+
+        with b.if_else(contiguous) as (fast, slow):
+            with fast:
+                values = []
+                for image in images:
+                    at = irutil.element_ptr(b, image, dtype, b.sext(start, irutil.I64))
+                    value = irutil.load(b, at, dtype, stride * lanes, 1)
+                    if stride > 1:
+                        value = irutil.every_nth(b, value, stride, lanes)
+                    value = b.sub(self._widen(value), self.zero)
+                    if inside_rows is not None:
+                        value = b.select(inside_rows, value, zero16)
+                    values.append(value)
+                interleaved(values)
+            with slow:
+                fill = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
+                values = []
+                for image in images:
+                    value = irutil.gather(b, image, dtype, offsets, mask=inside, fill=fill)
+                    values.append(b.select(inside, b.sub(self._widen(value), self.zero),
+                                           zero16))
+                interleaved(values)

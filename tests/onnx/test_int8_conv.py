@@ -1,0 +1,180 @@
+"""Integer convolutions of QDQ models (issue 27): the fuse_integer_conv pass, the ConvInteger
+op and its kernel (pmaddwd on pairs of channels, an implicit im2col of the bytes).
+
+The int32 sums are exact, so results equal the float convolution's wherever its rounding
+does not move a value across a quantization boundary, and ONNX Runtime's where it computes
+exactly: on AVX2 its uint8 x int8 kernel adds pairs of products in int16 with saturation,
+so the comparisons with its optimized graph use weights of 7 bits (its ``reduce_range``);
+full-range weights are compared with its graph run as the spec says (optimizations off)."""
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import myelin
+import myelin.onnx
+from myelin.errors import ShapeError
+from myelin.ops import registry
+from myelin.optimize.quantized_conv import integer_weights
+
+torch = pytest.importorskip("torch")
+
+RNG = np.random.default_rng(2027)
+
+
+def _qdq_conv(x_shape, cout, kernel, top=64, per_channel=True, relu=True, bias=True,
+              group=1, **attrs):
+    """A QDQ model: x quantized to uint8 and back, a Conv by int8 weights (largest magnitude
+    ``top``, per output channel or per tensor) dequantized, optionally a Relu, and the
+    output quantized and dequantized."""
+    cin = x_shape[1]
+    w = RNG.standard_normal((cout, cin // group) + tuple(kernel)).astype(np.float32)
+    rows = np.abs(w).reshape(cout, -1).max(axis=1)
+    w_scale = (rows / top if per_channel else np.float32(rows.max() / top)).astype(np.float32)
+    shape = (-1,) + (1,) * (len(kernel) + 1) if per_channel else ()
+    w_q = np.clip(np.round(w / np.reshape(w_scale, shape)), -top, top).astype(np.int8)
+    x_scale, y_scale = np.float32(0.02), np.float32(0.05)
+    inits = {"xs": x_scale, "xz": np.uint8(128), "wq": w_q, "ws": w_scale,
+             "wz": np.zeros(cout if per_channel else (), np.int8),
+             "ys": y_scale, "yz": np.uint8(0 if relu else 128)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0)]
+    conv_inputs = ["xd", "wd"]
+    if bias:
+        b_scale = (x_scale * np.broadcast_to(w_scale, (cout,))).astype(np.float32)
+        inits.update(bq=np.round(RNG.standard_normal(cout) / b_scale).astype(np.int32),
+                     bs=b_scale, bz=np.zeros(cout, np.int32))
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0))
+        conv_inputs.append("bd")
+    nodes.append(helper.make_node("Conv", conv_inputs, ["c"], group=group, **attrs))
+    last = "c"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+        last = "r"
+    nodes += [helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    return _model(nodes, x_shape, TensorProto.FLOAT, inits, TensorProto.FLOAT)
+
+
+def _model(nodes, x_shape, x_type, inits, y_type):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", x_type, list(x_shape))],
+        [helper.make_tensor_value_info("y", y_type, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _ort(model, feeds, optimize=True):
+    options = onnxruntime.SessionOptions()
+    if not optimize:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _kernels(model):
+    return [line.split("= ", 1)[1].split("(")[0] for line in
+            str(model.network().cell("main")).splitlines() if " = " in line]
+
+
+def _image(shape):
+    return (RNG.standard_normal(shape) * 1.5).astype(np.float32)
+
+
+@pytest.mark.parametrize("x_shape, cout, kernel, options", [
+    ((1, 8, 10, 10), 16, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 64, 7, 9), 24, (1, 1), {}),
+    ((1, 7, 13, 13), 5, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 9, 11), 8, (5, 5), {"pads": [2, 1, 2, 0], "per_channel": False, "relu": False}),
+    ((1, 6, 12, 12), 9, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2], "bias": False}),
+    ((1, 5, 40), 12, (3,), {"strides": [3], "pads": [1, 1]}),
+])
+def test_qdq_convolutions_match_onnx_runtime(x_shape, cout, kernel, options):
+    model = _qdq_conv(x_shape, cout, kernel, **options)
+    x = _image(x_shape)
+    compiled = myelin.onnx.load(model)
+    (y,) = compiled.run({"x": x})
+    assert any(k.startswith("ConvInteger") for k in _kernels(compiled))
+    np.testing.assert_array_equal(y, _ort(model, {"x": x}))
+    # The float Conv's rounding may move a value at a boundary by one step (0.05).
+    (floats,) = myelin.onnx.load(model, disable_passes=("fuse_integer_conv",)).run({"x": x})
+    assert np.abs(y - floats).max() <= 0.0501 and np.mean(y != floats) < 0.01
+
+
+def test_full_range_weights_follow_the_spec():
+    model = _qdq_conv((1, 32, 9, 9), 20, (3, 3), top=127, pads=[1, 1, 1, 1])
+    x = _image((1, 32, 9, 9))
+    compiled = myelin.onnx.load(model)
+    (y,) = compiled.run({"x": x})
+    assert any(k.startswith("ConvInteger") for k in _kernels(compiled))
+    spec = _ort(model, {"x": x}, optimize=False)
+    assert np.abs(y - spec).max() <= 0.0501 and np.mean(y != spec) < 0.01
+
+
+@pytest.mark.parametrize("x_type, w_type, features", [
+    (np.uint8, np.int8, None), (np.int8, np.uint8, "sse"), (np.uint8, np.uint8, "avx")])
+def test_conv_integer_is_exact(x_type, w_type, features):
+    """ONNX's ConvInteger (zero points on both sides) runs on the kernel, exactly."""
+    x_range = (0, 256) if x_type == np.uint8 else (-128, 128)
+    w_range = (0, 256) if w_type == np.uint8 else (-128, 128)
+    x = RNG.integers(*x_range, (2, 11, 15, 14)).astype(x_type)
+    w = RNG.integers(*w_range, (13, 11, 3, 2)).astype(w_type)
+    x_zero, w_zero = x.flat[0], w.flat[1]
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 0, 1, 1],
+                            strides=[1, 2])
+    x_onnx = TensorProto.UINT8 if x_type == np.uint8 else TensorProto.INT8
+    model = _model([node], x.shape, x_onnx, {"w": w, "xz": x_zero, "wz": w_zero},
+                   TensorProto.INT32)
+    compiled = myelin.onnx.load(model, **({"features": features} if features else {}))
+    (y,) = compiled.run({"x": x})
+    assert any(k.startswith("ConvInteger") for k in _kernels(compiled))
+    shifted = torch.from_numpy(x.astype(np.float64) - float(x_zero))
+    weights = torch.from_numpy(w.astype(np.float64) - float(w_zero))
+    want = torch.nn.functional.conv2d(torch.nn.functional.pad(shifted, (0, 1, 1, 1)),
+                                      weights, stride=(1, 2)).numpy()
+    np.testing.assert_array_equal(y, want.astype(np.int32))
+
+
+def test_what_does_not_fit_keeps_the_float_conv():
+    """Float weights (not integers times a scale) and grouped convolutions stay float."""
+    x = _image((1, 8, 6, 6))
+    grouped = _qdq_conv((1, 8, 6, 6), 8, (3, 3), group=2, pads=[1, 1, 1, 1])
+    model = _qdq_conv((1, 8, 6, 6), 4, (1, 1))
+    weights = next(i for i in model.graph.initializer if i.name == "wq")
+    model.graph.node[2].CopyFrom(helper.make_node("Identity", ["wf"], ["wd"]))
+    model.graph.initializer.append(numpy_helper.from_array(
+        RNG.standard_normal(tuple(weights.dims)).astype(np.float32), "wf"))
+    for case in (grouped, model):
+        compiled = myelin.onnx.load(case)
+        (y,) = compiled.run({"x": x})
+        assert not any(k.startswith("ConvInteger") for k in _kernels(compiled))
+        np.testing.assert_allclose(y, _ort(case, {"x": x}, optimize=False), atol=0.051)
+
+
+def test_integer_weights_are_recovered():
+    ints = RNG.integers(-127, 128, (6, 4, 3, 3))
+    ints[1] = np.clip(ints[1], -64, 64)         # 7 bits
+    ints[2] = RNG.integers(-255, 256, (4, 3, 3))  # shifted uint8
+    ints[3] = 0
+    scales = RNG.uniform(1e-3, 1e-1, 6).astype(np.float32)
+    weights = (ints.astype(np.float32) * scales[:, None, None, None]).astype(np.float32)
+    got, got_scales = integer_weights(weights)
+    np.testing.assert_allclose(got * got_scales[:, None, None, None], weights, rtol=1e-6)
+    assert got.dtype == np.int16 and np.abs(got).max() <= 255
+    assert integer_weights(RNG.standard_normal((4, 3, 3, 3))) is None
+    assert integer_weights(np.full((2, 3, 1, 1), np.nan)) is None
+
+
+def test_op_checks_its_inputs():
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (1, 3, 8, 8))
+    w = f.const(np.zeros((4, 3, 3, 3), np.int8))
+    zero = f.const(np.zeros((), np.uint8))
+    op = flow.op("f/q", "ConvInteger", flow.funcs["f"], [x, w, zero])
+    with pytest.raises(ShapeError, match="uint8 or int8"):
+        registry.infer(op)
