@@ -1,19 +1,21 @@
-"""Planning a flow for the GPU: the CPU compiler's optimizer, fusion and memory plan, with
-CUDA kernels chosen per step, then the code of every step.
+"""Planning a flow for the GPU: the optimizer, fusion and memory plan every back end shares,
+with CUDA kernels chosen per step, then the code of every step.
 
-:func:`plan` runs :class:`~myelin.compiler.Compiler`'s preparation (optimize a copy of the
-flow, order and plan each function, place its tensors in instance memory) with the CUDA kernel
-selector (:data:`myelin.codegen.cuda.kernels.select`), so a step no CUDA kernel supports
-raises one UnsupportedOpError listing all of them. Each cell's steps then generate their
-kernels and library calls, in execution order; steps that are views generate nothing.
+:func:`plan` plans through :class:`~myelin.plan.planner.Planner` (optimize a copy of the flow,
+order and plan each function, place its tensors in instance memory) with the CUDA kernel
+selector (:data:`myelin.codegen.cuda.kernels.select`) and the element-wise ops CUDA C computes
+(:func:`myelin.codegen.cuda.expressions.supported`), so a step no CUDA kernel supports raises
+one UnsupportedOpError listing all of them. Each cell's steps then generate their kernels and
+library calls, in execution order; steps that are views generate nothing.
 """
 
 import dataclasses
 
 from myelin import optimize
-from myelin.codegen.cuda import kernels
+from myelin.codegen.cuda import expressions, kernels
 from myelin.codegen.cuda.kernels.base import KernelCode, Names
 from myelin.codegen.cuda.target import CudaTarget
+from myelin.plan.planner import Planner
 
 GPU_ALIGNMENT = 256     # bytes: what cudaMalloc guarantees, and a whole number of sectors
 
@@ -56,19 +58,13 @@ def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
          disable_passes=()):
     """Plan every function of ``flow`` for ``target``: a CudaTarget or its architecture's
     name (``"sm_90"``; default: ``CudaTarget()``, sm_80)."""
-    from myelin.compiler import Compiler      # (the driver sits above the back ends)
-
     target = CudaTarget(target) if isinstance(target, str) else target or CudaTarget()
-    # No CUDA kernel computes Attention, MatMulInteger or ConvInteger: attention stays its
-    # MatMuls and softmax, integer products int32 MatMuls, QDQ convolutions float Convs.
-    compiler = Compiler(opt_level=opt_level, reuse_memory=reuse_memory,
-                        alignment=GPU_ALIGNMENT,
-                        disable_passes=tuple(disable_passes) + ("fuse_attention",
-                                                                "fuse_integer_matmul",
-                                                                "fuse_integer_conv"),
-                        threads=1,
-                        cache=False, select=kernels.select)
-    optimized, planned, globals_ = compiler.prepare(flow, target)
+    # No CUDA kernel computes Attention or MatMulInteger: attention stays its MatMuls and
+    # softmax, integer products int32 MatMuls.
+    planner = Planner(kernels.select, expressions.supported, opt_level, reuse_memory,
+                      GPU_ALIGNMENT, tuple(disable_passes) + ("fuse_attention",
+                                                              "fuse_integer_matmul"))
+    optimized, planned, globals_ = planner.prepare(flow, target)
     names = Names()
     cells = []
     for cell in planned:
