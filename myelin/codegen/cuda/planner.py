@@ -59,11 +59,12 @@ def plan(flow, target=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
     """Plan every function of ``flow`` for ``target``: a CudaTarget or its architecture's
     name (``"sm_90"``; default: ``CudaTarget()``, sm_80)."""
     target = CudaTarget(target) if isinstance(target, str) else target or CudaTarget()
-    # No CUDA kernel computes Attention or MatMulInteger: attention stays its MatMuls and
-    # softmax, integer products int32 MatMuls.
+    # No CUDA kernel computes Attention, MatMulInteger or ConvInteger: attention stays its
+    # MatMuls and softmax, integer products int32 MatMuls, QDQ convolutions float Convs.
     planner = Planner(kernels.select, expressions.supported, opt_level, reuse_memory,
                       GPU_ALIGNMENT, tuple(disable_passes) + ("fuse_attention",
-                                                              "fuse_integer_matmul"))
+                                                              "fuse_integer_matmul",
+                                                              "fuse_integer_conv"))
     optimized, planned, globals_ = planner.prepare(flow, target)
     names = Names()
     cells = []
