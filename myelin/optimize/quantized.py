@@ -82,9 +82,13 @@ def _shifted_bytes(flow, var):
 
 
 def as_bytes(flow, func, var, dtype):
-    """``var`` itself if of ``dtype``, else a new Cast of it to ``dtype``."""
+    """``var`` itself if of ``dtype``, else its Cast to ``dtype`` (one already in ``func``, or
+    a new one)."""
     if var.dtype == dtype:
         return var
+    for reader in var.consumers:
+        if reader.type == "Cast" and reader.func is func and reader.outputs[0].dtype == dtype:
+            return reader.outputs[0]
     out = flow.var(flow.unique_var_name(f"{var.name}/{dtype}"), dtype, var.shape)
     flow.op(flow.unique_op_name(f"{var.name}/Cast"), "Cast", func, [var], [out],
             {"dtype": dtype})

@@ -26,11 +26,16 @@ into one step at most where a value lies at a rounding boundary.
 import numpy as np
 
 from myelin.flow import dtypes
+from myelin.ops import recipe as recipes
+from myelin.ops import registry
+from myelin.optimize.cleanup import eliminate_dead_code
 from myelin.optimize.quantized import as_bytes, byte_source, constant, zero_point
+from myelin.optimize.simplify import clamped
 
 _LEVELS = 255               # the largest magnitude of the integer weights
 _SAMPLE = 16                # elements of a row a level is tried on first
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
+_BYTE_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
 def _dequantized(var):
@@ -102,66 +107,125 @@ def _multiples(rows, scale, top):
     return np.all(np.abs(ints * scale[:, None] - rows) <= _TOLERANCE * top[:, None], axis=1)
 
 
-def _per_channel(flow, name, values, dtype, rank):
-    """A constant of ``values`` [M] shaped [1, M, 1, ...] for a rank-``rank`` output."""
-    data = np.asarray(values, np.float64).reshape((1, -1) + (1,) * (rank - 2))
-    return constant(flow, name, data.astype(dtypes.to_numpy(dtype)))
-
-
 def _rewrite(flow, func, op):
-    """Replace Conv ``op`` by a ConvInteger and its dequantization; False where it does not
-    match."""
+    """Replace Conv ``op`` by a dequantizing ConvInteger; returns it, or None where ``op``
+    does not match."""
     x, w = op.inputs[:2]
     bias = op.inputs[2] if len(op.inputs) > 2 else None
     out = op.outputs[0]
     if (out.dtype not in ("float32", "float64") or op.attrs.get_int("group", 1) != 1
             or not w.constant or w.learnable or w.data is None
             or (bias is not None and (not bias.constant or bias.learnable or bias.data is None))):
-        return False
+        return None
     found = _dequantized(x)
     if found is None:
-        return False
+        return None
     source, dtype, zero, scale = found
     weights = integer_weights(np.asarray(w.data).reshape(w.shape))
     if weights is None or scale == 0:
-        return False
+        return None
     zero = constant(flow, f"{x.name}/zero", np.zeros((), dtypes.to_numpy(dtype))) \
         if zero is None else zero_point(flow, zero, dtype)
     if zero is None:
-        return False
+        return None
     ints, scales = weights
+    channels = np.zeros(len(ints)) if bias is None else np.asarray(bias.data).reshape(-1)
+    numpy_type = dtypes.to_numpy(out.dtype)
     flow.delete_op(op)
-    accumulated = flow.var(flow.unique_var_name(f"{out.name}/int32"), "int32", out.shape)
-    flow.op(flow.unique_op_name(f"{op.name}/Integer"), "ConvInteger", func,
-            [as_bytes(flow, func, source, dtype),
-             constant(flow, f"{w.name}/{ints.dtype}", ints), zero],
-            [accumulated], dict(op.attrs.items()))
-    value = flow.var(flow.unique_var_name(f"{out.name}/{out.dtype}"), out.dtype, out.shape)
-    flow.op(flow.unique_op_name(f"{op.name}/Cast"), "Cast", func, [accumulated], [value],
-            {"dtype": out.dtype})
-    factor = _per_channel(flow, f"{op.name}/scale", scale * scales, out.dtype, out.rank)
-    if bias is None:
-        flow.op(flow.unique_op_name(f"{op.name}/Scale"), "Mul", func, [value, factor], [out])
-        return True
-    scaled = flow.var(flow.unique_var_name(f"{out.name}/scaled"), out.dtype, out.shape)
-    flow.op(flow.unique_op_name(f"{op.name}/Scale"), "Mul", func, [value, factor], [scaled])
-    flow.op(flow.unique_op_name(f"{op.name}/Bias"), "Add", func,
-            [scaled, _per_channel(flow, f"{op.name}/bias", np.asarray(bias.data).reshape(-1),
-                                  out.dtype, out.rank)], [out])
+    return flow.op(flow.unique_op_name(f"{op.name}/Integer"), "ConvInteger", func,
+                   [as_bytes(flow, func, source, dtype),
+                    constant(flow, f"{w.name}/{ints.dtype}", ints), zero,
+                    constant(flow, f"{op.name}/scale", (scale * scales).astype(numpy_type)),
+                    constant(flow, f"{op.name}/bias", channels.astype(numpy_type))],
+                   [out], dict(op.attrs.items()))
+
+
+def _scalar_of(var, dtype):
+    return _scalar(var) and var.dtype == dtype
+
+
+def _requantize(flow, func, op, fusable):
+    """Move the element-wise ops after dequantizing ConvInteger ``op`` into its recipe: each
+    the only reader of the value before it, of its type and shape, and reading besides it
+    only constant scalars (a ReLU, a quantization's division, rounding and clamp). Where the
+    last value is a clamp to a byte range that is converted to bytes, the op writes the
+    bytes, and other readers of the value convert them back. Returns True if it changed."""
+    value, dtype = op.outputs[0], op.outputs[0].dtype
+    chain, scalars, expr = [], [], recipes.Ref("%", 0)
+    while not value.is_output and len(value.consumers) == 1:
+        reader = value.consumers[0]
+        out = reader.outputs[0] if len(reader.outputs) == 1 else None
+        others = [v for v in reader.inputs if v is not value]
+        opdef = registry.find(reader.type)
+        if (out is None or reader.func is not func or opdef is None or reader.type == "Cast"
+                or opdef.kind not in (registry.Kind.ELEMWISE, registry.Kind.BROADCAST)
+                or (fusable is not None and not fusable(reader.type))
+                or dict(reader.attrs.items()) or (out.dtype, out.shape) != (dtype, value.shape)
+                or len(others) + 1 != len(reader.inputs)
+                or not all(_scalar_of(v, dtype) for v in others)):
+            break
+        arguments = []
+        for v in reader.inputs:
+            if v is not value and v not in scalars:
+                scalars.append(v)
+            arguments.append(expr if v is value else recipes.Ref("%", scalars.index(v) + 1))
+        expr = recipes.Call(reader.type, tuple(arguments))
+        chain.append(reader)
+        value = out
+    casts = [c for c in value.consumers if c.type == "Cast" and c.func is func
+             and c.outputs[0].dtype in _BYTE_RANGES and not value.is_output
+             and clamped(value, *_BYTE_RANGES[c.outputs[0].dtype])]
+    if not chain and not casts:
+        return False
+    inputs, attrs = op.inputs + scalars, dict(op.attrs.items())
+    if chain:
+        attrs["expr"] = str(recipes.Recipe(((recipes.Ref("@", 0), expr),)))
+    result = value
+    if casts:
+        result = casts[0].outputs[0]
+        attrs["dtype"] = result.dtype
+        for cast in casts:
+            converted = cast.outputs[0]
+            flow.delete_op(cast)
+            if converted is not result:
+                forward_to(converted, result)
+    internal = [op.outputs[0]] + [reader.outputs[0] for reader in chain]
+    for member in [op] + chain:
+        flow.delete_op(member)
+    flow.op(flow.unique_op_name(op.name), "ConvInteger", func, inputs, [result], attrs)
+    if result is not value and (value.consumers or value.is_output):
+        flow.op(flow.unique_op_name(f"{op.name}/Cast"), "Cast", func, [result], [value],
+                {"dtype": dtype})
+    for var in internal:
+        if var is not value and var.producer is None and not var.consumers:
+            flow.delete_var(var)
     return True
 
 
+def forward_to(old, new):
+    """Make every reader of ``old`` read ``new``."""
+    for reader in list(old.consumers):
+        reader.replace_input(old, new)
+
+
 def fuse_integer_conv(flow, ctx):
-    """Rewrite every QDQ convolution of bytes by integer weights into a ConvInteger op;
-    returns True if any was."""
+    """Rewrite every QDQ convolution of bytes by integer weights into a ConvInteger op, with
+    the requantization after it; returns True if any was."""
     changed = False
     for func in flow.funcs.values():
-        rewrote = False
+        made = []
         for op in list(func.ops):
-            if op.type == "Conv" and _rewrite(flow, func, op):
-                ctx.log(f"{op.name}: QDQ convolution became ConvInteger")
-                rewrote = True
-        if rewrote:
+            if op.type == "Conv":
+                integer = _rewrite(flow, func, op)
+                if integer is not None:
+                    ctx.log(f"{op.name}: QDQ convolution became ConvInteger")
+                    made.append(integer)
+        for op in made:
+            if _requantize(flow, func, op, ctx.fusable):
+                ctx.log(f"{op.name}: requantization fused into its epilogue")
+        if made:
             func.ops = flow.order(func)
             changed = True
+    if changed:     # the float dequantizations the convolutions read (before fusion sees them)
+        eliminate_dead_code(flow, ctx)
     return changed

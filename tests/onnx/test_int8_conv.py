@@ -8,9 +8,16 @@ so the comparisons with its optimized graph use weights of 7 bits (its ``reduce_
 full-range weights are compared with its graph run as the spec says (optimizations off)."""
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_static,
+)
 
 import myelin
 import myelin.onnx
@@ -105,6 +112,52 @@ def test_qdq_convolutions_match_onnx_runtime(x_shape, cout, kernel, options):
     assert np.abs(y - floats).max() <= 0.0501 and np.mean(y != floats) < 0.01
 
 
+class _Images(CalibrationDataReader):
+    def __init__(self, shape):
+        self.images = iter([{"x": _image(shape)} for _ in range(4)])
+
+    def get_next(self):
+        return next(self.images, None)
+
+
+def _residual_block(tmp_path, activations):
+    """A float residual block (3x3 Conv with bias, ReLU, 1x1 Conv, the input added, ReLU)
+    quantized by ONNX Runtime's quantize_static to QDQ, 7-bit per-channel weights."""
+    w1 = (RNG.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    w2 = (RNG.standard_normal((8, 16, 1, 1)) * 0.2).astype(np.float32)
+    b1 = (RNG.standard_normal(16) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Add", ["c2", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, (1, 8, 12, 12), TensorProto.FLOAT, {"w1": w1, "w2": w2, "b1": b1},
+                   TensorProto.FLOAT)
+    source, target = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, source)
+    quantize_static(source, target, _Images((1, 8, 12, 12)), quant_format=QuantFormat.QDQ,
+                    per_channel=True, reduce_range=True, activation_type=activations,
+                    weight_type=QuantType.QInt8)
+    return onnx.load(target)
+
+
+@pytest.mark.parametrize("activations", [QuantType.QUInt8, QuantType.QInt8])
+def test_requantized_layers_pass_bytes(tmp_path, activations):
+    """The requantization after each convolution runs in its epilogue: the first writes the
+    bytes the second reads, the second its dequantized float for the residual add."""
+    model = _residual_block(tmp_path, activations)
+    x = _image((1, 8, 12, 12))
+    compiled = myelin.onnx.load(model)
+    (y,) = compiled.run({"x": x})
+    steps = [line for line in str(compiled.network().cell("main")).splitlines() if " = " in line]
+    integer = [line for line in steps if "= ConvInteger[" in line]
+    assert len(integer) == 2
+    assert integer[1].split(" = ")[1].split("(")[1].split(",")[0] == \
+        integer[0].split(" = ")[0].strip()
+    assert sum("CastExpr" in line for line in steps) == 1       # the input's quantization
+    np.testing.assert_array_equal(y, _ort(model, {"x": x}))
+
+
 def test_full_range_weights_follow_the_spec():
     model = _qdq_conv((1, 32, 9, 9), 20, (3, 3), top=127, pads=[1, 1, 1, 1])
     x = _image((1, 32, 9, 9))
@@ -177,4 +230,15 @@ def test_op_checks_its_inputs():
     zero = f.const(np.zeros((), np.uint8))
     op = flow.op("f/q", "ConvInteger", flow.funcs["f"], [x, w, zero])
     with pytest.raises(ShapeError, match="uint8 or int8"):
+        registry.infer(op)
+    x = f.var("x8", "uint8", (1, 3, 8, 8))
+    scale = f.const(np.ones(4, np.float32))
+    op = flow.op("f/q2", "ConvInteger", flow.funcs["f"], [x, w, zero, scale])
+    with pytest.raises(ShapeError, match="both scale and bias"):
+        registry.infer(op)
+    op = flow.op("f/q3", "ConvInteger", flow.funcs["f"], [x, w, zero, scale, scale], [],
+                 {"expr": "@0=Relu(%0)", "dtype": "uint8"})
+    assert registry.infer(op)[0].dtype == "uint8"
+    op = flow.op("f/q4", "ConvInteger", flow.funcs["f"], [x, w, zero], [], {"expr": "@0=Relu(%0)"})
+    with pytest.raises(ShapeError, match="need the inputs scale and bias"):
         registry.infer(op)

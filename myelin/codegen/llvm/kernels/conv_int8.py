@@ -11,6 +11,12 @@ the same tap: where the panel's vector of a tap comes from is the same for both,
 out once per tap (:class:`~.conv_gemm._ConvTask`), and each pair is two byte loads (or
 gathers at the image's borders), widened to int16 less the zero point (the padding zero
 after the shift) and interleaved. An odd channel count pads the last pair with zeros.
+
+A dequantizing ConvInteger (scale and bias inputs) converts each tile's sums to float where
+it stores them, scales them and adds the bias of their channel, applies its recipe (the
+ReLU and the next quantization, emitted by the element-wise lowering as a ``Calculate``
+would) and converts to its output type: a requantized layer writes its bytes, and nothing
+but the convolution reads or writes memory.
 """
 
 import math
@@ -18,13 +24,15 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from myelin.codegen.llvm import irutil
+from myelin.codegen.llvm import elementwise, irutil
 from myelin.codegen.llvm.kernels.base import Kernel
 from myelin.codegen.llvm.kernels.conv import nested_loops
 from myelin.codegen.llvm.kernels.conv_gemm import _ConvTask
+from myelin.codegen.llvm.kernels.fused import TypedRecipe
 from myelin.codegen.llvm.kernels.matmul import Plan, choices
 from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD
 from myelin.ops import conv as conv_ops
+from myelin.ops.fused import ValueType
 from myelin.ops.quantized import conv_part
 from myelin.plan.cell import CONSTANT
 
@@ -89,8 +97,13 @@ class ConvInt8Kernel(Kernel):
         g = _geometry(step)
         plan = _Plan(ctx, step, g)
         weights = _packed(step, plan)
+        recipe = None
+        if step.attrs.get_str("expr"):
+            dequantized = ValueType("%0", step.inputs[3].dtype, step.outputs[0].shape)
+            recipe = TypedRecipe(step, [dequantized] + step.inputs[5:])
         ctx.parallel(f"ConvInteger.{step.name}", step.inputs + step.outputs, plan.tasks,
-                     lambda sub, index: _Task(sub, step, plan, g, weights, index).emit(),
+                     lambda sub, index: _Task(sub, step, plan, g, weights, recipe,
+                                              index).emit(),
                      outline=plan.large)
 
     def kept(self, ctx, step):
@@ -101,22 +114,50 @@ class _Task(_ConvTask):
     """A task of a ConvInteger: an image, a block of output channels and a block of panels
     of its pixels, packed as channel pairs."""
 
-    def __init__(self, ctx, step, plan, geometry, weights, index):
+    def __init__(self, ctx, step, plan, geometry, weights, recipe, index):
         super().__init__(ctx, step, plan, geometry, index)
-        self.weights = weights
+        self.weights, self.recipe = weights, recipe
         self.zero = None
+        self.scalars = []       # the recipe's one-element inputs, loaded
 
     def pointers(self, batch):
-        b, g, plan = self.b, self.g, self.plan
-        x, _, zero = self.step.inputs
+        b, g, plan, ctx = self.b, self.g, self.plan, self.ctx
+        x, _, zero = self.step.inputs[:3]
+        y = self.step.outputs[0]
         image = g.in_channels * math.prod(g.input)
-        self.bp = irutil.element_ptr(b, self.ctx.pointer(x), x.dtype,
-                                     b.mul(batch, irutil.i64(image)))
-        self.c = irutil.element_ptr(b, self.ctx.pointer(self.step.outputs[0]), "int32",
+        self.bp = irutil.element_ptr(b, ctx.pointer(x), x.dtype, b.mul(batch, irutil.i64(image)))
+        self.c = irutil.element_ptr(b, ctx.pointer(y), y.dtype,
                                     b.mul(batch, irutil.i64(plan.m * plan.n)))
-        self.a = self.ctx.keep(self.weights)
-        value = irutil.load(b, self.ctx.pointer(zero), x.dtype)
+        self.a = ctx.keep(self.weights)
+        value = irutil.load(b, ctx.pointer(zero), x.dtype)
         self.zero = irutil.splat(b, self._widen(value), plan.lanes)
+        self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
+                        for s in self.step.inputs[5:]]
+
+    def store(self, value, row, column, valid):
+        """Store the int32 sums, or, for a dequantizing op, their float value times the scale
+        plus the bias of channel ``row``, through the recipe, in the output's type."""
+        step = self.step
+        if len(step.inputs) == 3:
+            super().store(value, row, column, valid)
+            return
+        b, lanes = self.b, irutil.width_of(value)
+        dtype, out = step.inputs[3].dtype, step.outputs[0].dtype
+        scale, bias = (irutil.splat(b, irutil.load(b, irutil.element_ptr(
+            b, self.ctx.pointer(p), dtype, row), dtype), lanes) for p in step.inputs[3:5])
+        value = b.fadd(b.fmul(b.sitofp(value, irutil.vector_of(irutil.compute_type(dtype),
+                                                                 lanes)), scale), bias)
+        if self.recipe is not None:
+            value = self.recipe.apply(b, [value] + [irutil.splat(b, s, lanes)
+                                                    for s in self.scalars])
+        if out != dtype:
+            value = elementwise.emit(b, "Cast", [value], [dtype], out, {"dtype": out})
+        at = irutil.element_ptr(b, self.c, out, b.add(b.mul(row, irutil.i64(self.plan.n)),
+                                                      column))
+        if valid < lanes:
+            irutil.store_lanes(b, value, at, out, valid)
+        else:
+            irutil.store(b, value, at, out)
 
     def _widen(self, value):
         """Bytes of x as int16 (sign- or zero-extended by x's type)."""
