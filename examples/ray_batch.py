@@ -2,7 +2,7 @@
 in the same predictor shape, with ONNX Runtime; the results go to Parquet.
 
     python examples/ray_batch.py [--rows 8192] [--batch-size 128] [--model-batch 8]
-                                 [--repeats 3] [--out ray_digits] [--address HEAD:6379]
+                                 [--repeats 3] [--out DIR] [--address HEAD:6379]
 
 The data set is scikit-learn's bundled digits (8x8 images) scaled to 32x32 and augmented
 (shifted by up to 2 pixels, noise added) to ``--rows`` rows of an id, an image and a label;
@@ -17,13 +17,16 @@ runs, and the load average. myelin compiles the model once here, for chunks of
 ``--model-batch`` rows, and sends it to the actors, which load it
 (:class:`myelin.ray.Shipped`); ONNX Runtime computes each Ray batch of ``--batch-size`` rows
 at once. The last myelin job's rows (id, label, logits) are written to Parquet in
-``--out``, and the CNN's accuracy printed.
+``--out`` (replaced; on a cluster, a folder every machine writes to), and the CNN's accuracy
+printed.
 """
 
 import argparse
 import io
 import os
+import shutil
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -146,7 +149,9 @@ def main():
                              "in chunks of that many)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each job")
     parser.add_argument("--train-steps", type=int, default=60, help="training steps")
-    parser.add_argument("--out", default="ray_digits", help="Parquet output folder")
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "ray_digits"),
+                        help="Parquet output folder (default: ray_digits in the temporary "
+                             "folder)")
     parser.add_argument("--address", default=None,
                         help="a Ray cluster's address (default: start Ray here)")
     args = parser.parse_args()
@@ -206,6 +211,7 @@ def main():
     print(f"\naccuracy of the CNN on the augmented digits: "
           f"{np.mean(predicted == rows['label'].to_numpy()):.3f}")
     folder = os.path.abspath(args.out)
+    shutil.rmtree(folder, ignore_errors=True)       # (Ray adds files to a folder's)
     out.write_parquet(folder)
     print(f"wrote the predictions to {folder}")
     ray.shutdown()

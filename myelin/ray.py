@@ -86,9 +86,8 @@ class Predictor:
     runs, so a CPU that cannot run their code fails the actor: ship them as
     :class:`Shipped`). ``threads`` is how many threads a compile gives the model's kernels;
     by default the CPUs Ray gave this actor (a Shipped model's own where it loads).
-    ``batch_size`` is the rows the model computes at once: a Network's cell and a compiled
-    OnnxModel have theirs; an ONNX source is compiled for ``batch_size`` rows (by default the
-    size of the first batch). ``cell`` names a network's cell where it has several.
+    ``batch_size`` is the rows an ONNX source is compiled for (by default the size of the
+    first batch); a Network's cell and a compiled OnnxModel keep theirs. ``cell`` names a network's cell where it has several.
     Other keyword arguments are :class:`myelin.Compiler` options for compiles here.
 
     A batch is a dict of arrays by column, one row per element along the first axis.
@@ -141,7 +140,7 @@ class Predictor:
         parts = []
         for start in range(0, max(rows, 1), size):
             chunk = [_padded(feed[start:start + size], size) for feed in feeds]
-            parts.append(self._runner.run(chunk, size))
+            parts.append(self._runner.run(chunk))
         taken = [np.concatenate([part[i] for part in parts])[:rows]
                  for i in range(len(self._runner.outputs))]
         for name, value in zip(self._runner.outputs, taken):
@@ -172,18 +171,19 @@ def predict(dataset, model, batch_size=256, workers=1, threads=None, inputs=None
 
 
 class _OnnxRunner:
-    """An OnnxModel computing chunks of one batch size (compiled for it once)."""
+    """An OnnxModel computing chunks of one batch size (compiled for it once): a compiled
+    model's own, else ``batch_size``, else the first batch's."""
 
     def __init__(self, model, batch_size):
         self.model = model
         self.inputs, self.outputs = model.input_names, model.output_names
-        self.size = batch_size or _compiled_rows(model)
+        self.size = _compiled_rows(model) or batch_size
 
     def batch_size(self, rows):
         self.size = self.size or max(rows, 1)
         return self.size
 
-    def run(self, chunk, size):
+    def run(self, chunk):
         return self.model.run(chunk)
 
 
@@ -207,7 +207,7 @@ class _CellRunner:
     def batch_size(self, rows):
         return self.size
 
-    def run(self, chunk, size):
+    def run(self, chunk):
         for name, value in zip(self.inputs, chunk):
             self.data[name] = value
         self.data.compute()

@@ -57,8 +57,9 @@ def test_shipped_model_loads_or_compiles_again(cnn, expected):
     compiled = myelin.onnx.load(cnn, threads=1)
     compiled.run([_images(8)])
     shipped = Shipped(compiled)
-    loaded = Predictor(shipped, inputs={"image": "x"})
+    loaded = Predictor(shipped, batch_size=16, inputs={"image": "x"})
     assert loaded._runner.model.compiles == compiled.compiles     # loaded, not compiled
+    assert loaded._runner.size == 8                 # (its own batch size, not batch_size)
     # A worker whose CPU lacks a feature of the code compiles the ONNX model again.
     target = shipped.target
     shipped.target = Target(target.triple, target.cpu, target.features + ",+myelin-imaginary")
