@@ -1,12 +1,12 @@
 # Quick start: `make demo` runs the demo, `make test` runs the test suite, `make train` the
-# training demo, `make zoo` builds and checks the model zoo.
+# training demo, `make zoo` builds and checks the model zoo, `make ray` the Ray example.
 # Each target creates the virtual environment .venv on first use.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo train test bench zoo venv clean
+.PHONY: demo train test bench zoo venv clean ray
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# Batch inference on Ray (README, Batch inference on Ray): myelin and ONNX Runtime on one job.
+ray: $(STAMP)
+	$(BIN)/python examples/ray_batch.py
 
 # The model zoo (README, Model zoo): build the models (a failed build is reported, not fatal),
 # then check them all against ONNX Runtime.
