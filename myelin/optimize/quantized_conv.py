@@ -10,11 +10,11 @@ as the ONNX importer writes a QDQ group (DequantizeLinear(QuantizeLinear(x)) and
 DequantizeLinear(w_q) into a Conv) once constant folding and the simplifier's round-trip rule
 have made the weights a float constant and the pair a clamp; also without the scale (1), as it
 writes ConvInteger and QLinearConv (a float64 Conv of the shifted bytes and weights). The integer weights are
-recovered from the float ones: per tensor, then per channel, the scale (the largest weight
-over the smallest level in 1 .. 255: symmetric int8 is 127, ``reduce_range``'s 7 bits 64,
-zero-point-shifted uint8 up to 255) that makes every weight an integer times it, to within
-float32 rounding of ``integer * scale``; weights that are no such multiples keep the float
-Conv. So does a grouped convolution (no int8 kernel
+recovered from the float ones: per output channel (per-tensor quantization is a case of it),
+the scale (the largest weight over a level: 127, 64 or 255 for symmetric int8, 7-bit and
+zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that makes every weight an
+integer times it, to within float32 rounding of ``integer * scale``; weights that are no such
+multiples keep the float Conv. So does a grouped convolution (no int8 kernel
 yet). The requantization after it (Relu, the next QuantizeLinear's division, rounding and
 clamp) stays float element-wise code, fused as usual.
 
@@ -33,7 +33,9 @@ from myelin.optimize.quantized import as_bytes, byte_source, constant, zero_poin
 from myelin.optimize.simplify import clamped
 
 _LEVELS = 255               # the largest magnitude of the integer weights
-_SAMPLE = 16                # elements of a row a level is tried on first
+_COMMON_LEVELS = (127, 64, 255)
+_SAMPLE = 16                # elements of a row the levels are tried on first
+_CHUNK = 256                # rows whose samples are tried at once
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
 _BYTE_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 
@@ -72,33 +74,57 @@ def integer_weights(data):
     rows = np.asarray(data, np.float64).reshape(len(data), -1)
     if not rows.size or not np.all(np.isfinite(rows)):
         return None
-    largest = np.abs(rows).max(axis=1)
-    for top in (np.full_like(largest, largest.max()), largest):     # per tensor, per channel
-        scales = _scales(rows, top)
-        if scales is not None:
-            ints = np.rint(rows / scales[:, None])
-            narrow = np.int8 if ints.min() >= -128 and ints.max() <= 127 else np.int16
-            return ints.astype(narrow).reshape(data.shape), scales
-    return None
+    top = np.abs(rows).max(axis=1)
+    scales = _scales(rows, top)
+    if scales is None:
+        return None
+    ints = np.rint(rows / scales[:, None])
+    narrow = np.int8 if ints.min() >= -128 and ints.max() <= 127 else np.int16
+    return ints.astype(narrow).reshape(data.shape), scales
 
 
 def _scales(rows, top):
-    """The scale per row, ``top`` over the smallest level in 1 .. 255 that makes the row
-    integers times it, or None where a row has none. Levels are tried on a sample of each
-    row, and checked on the whole rows whose sample they fit."""
-    scales = np.where(top > 0, np.nan, 1.0)
-    sample = rows[:, ::max(1, rows.shape[1] // _SAMPLE)]
-    for level in range(1, _LEVELS + 1):
-        left = np.isnan(scales)
-        if not left.any():
-            return scales
-        scale = np.where(top > 0, top, 1.0) / level
-        fits = left & _multiples(sample, scale, top)
-        if fits.any():
-            chosen = np.flatnonzero(fits)
-            whole = _multiples(rows[chosen], scale[chosen], top[chosen])
-            scales[chosen[whole]] = scale[chosen[whole]]
-    return None if np.isnan(scales).any() else scales
+    """The scale of each row: its largest magnitude ``top`` over a level that makes the row
+    integers times it: 127, 64 or 255 (symmetric int8, 7-bit and shifted uint8 weights)
+    where one does, else the smallest in 1 .. 255; None where a row has none."""
+    top = np.where(top > 0, top, 1.0)
+    scales = np.full(len(rows), np.nan)
+    for level in _COMMON_LEVELS:
+        left = np.flatnonzero(np.isnan(scales))
+        fits = _multiples(rows[left], top[left] / level, top[left])
+        scales[left[fits]] = top[left[fits]] / level
+    left = np.flatnonzero(np.isnan(scales))
+    if len(left):
+        found = _smallest_levels(rows[left], top[left])
+        if found is None:
+            return None
+        scales[left] = found
+    return scales
+
+
+def _smallest_levels(rows, top):
+    """``top`` over the smallest level that makes each row integers times it, or None.
+    Levels are tried on a sample of each row, all at once, and the first that fits is
+    checked on the whole row (then the next ones, for the rare row whose sample fits a
+    coarser grid)."""
+    sample = rows[:, ::max(1, rows.shape[1] // _SAMPLE)] / top[:, None]
+    levels = np.arange(1, _LEVELS + 1, dtype=np.float64)[:, None]
+    first = np.zeros(len(rows), np.int64)
+    for start in range(0, len(rows), _CHUNK):
+        scaled = sample[start:start + _CHUNK, None, :] * levels
+        fits = np.all(np.abs(scaled - np.rint(scaled)) <= _TOLERANCE * levels, axis=2)
+        first[start:start + _CHUNK] = np.where(fits.any(axis=1), fits.argmax(axis=1) + 1, 0)
+    if not first.all():
+        return None
+    scales = top / first
+    for row in np.flatnonzero(~_multiples(rows, scales, top)):
+        for level in range(first[row] + 1, _LEVELS + 1):
+            scales[row] = top[row] / level
+            if _multiples(rows[row:row + 1], scales[row:row + 1], top[row:row + 1])[0]:
+                break
+        else:
+            return None
+    return scales
 
 
 def _multiples(rows, scale, top):
