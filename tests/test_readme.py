@@ -49,8 +49,7 @@ SKIPPED = {
     'myelin.export(flow, "guide"': ("tests/test_export.py exports and runs it", lambda: True),
     "initializer=start": ("spawned workers import their functions from a module, and the "
                           "images are the reader's", lambda: True),
-    'ray.data.read_parquet("images/")': ("needs resnet18.onnx and images; tests/test_ray.py "
-                                         "runs myelin.ray", lambda: True),
+    'ray.data.read_parquet("images/")': ("needs resnet18.onnx and images", lambda: True),
     "myelin.ray.Predictor, batch_size=64": ("the block before's images, by hand",
                                             lambda: True),
 }
