@@ -39,6 +39,11 @@ def reduced_axes(op, rank):
     return tuple(normalized)
 
 
+# The element-wise op that combines two partial results of each reduction.
+FOLDS = {"Sum": "Add", "Mean": "Add", "Count": "Add", "Product": "Mul", "Max": "Maximum",
+         "Min": "Minimum", "All": "And", "Any": "Or"}
+
+
 def identity(op_type, dtype):
     """The value reduction ``op_type`` starts from, which it gives over no elements (Mean
     divides it by a count of 0)."""

@@ -16,6 +16,8 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil
 from myelin.flow import dtypes
+# (the stride helpers are the loop nests' and their kernels' too, as loops.contiguous_strides)
+from myelin.plan.strides import broadcast_strides, collapse, contiguous_strides  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -32,23 +34,6 @@ class Operand:
         return dtypes.itemsize(self.dtype)
 
 
-def contiguous_strides(shape):
-    """Row-major element strides of a dense tensor."""
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= max(dim, 1)
-    return tuple(reversed(strides))
-
-
-def broadcast_strides(shape, out_shape):
-    """Strides of a dense tensor of ``shape`` broadcast (NumPy rules) to ``out_shape``."""
-    own = contiguous_strides(shape)
-    pad = len(out_shape) - len(shape)
-    return tuple(0 if axis < pad or shape[axis - pad] == 1 and out_shape[axis] != 1
-                 else own[axis - pad] for axis in range(len(out_shape)))
-
-
 def batch_entry(b, base, dtype, batch, shape, strides):
     """``base`` (a pointer to elements of ``dtype``) advanced to entry ``batch`` (an i64, in
     row-major order) of the batch axes ``shape``, by element ``strides`` per axis (0 where a
@@ -59,25 +44,6 @@ def batch_entry(b, base, dtype, batch, shape, strides):
             total = b.add(total, b.mul(b.urem(rest, irutil.i64(size)), irutil.i64(stride)))
         rest = b.udiv(rest, irutil.i64(size))
     return irutil.element_ptr(b, base, dtype, total)
-
-
-def collapse(shape, stride_lists):
-    """Drop size-1 dimensions and merge adjacent ones that are contiguous for every operand.
-
-    Returns the new shape and the new stride tuple of each operand.
-    """
-    dims = [(d, [s[i] for s in stride_lists]) for i, d in enumerate(shape) if d != 1]
-    merged = []
-    for size, strides in dims:
-        if merged:
-            prev_size, prev_strides = merged[-1]
-            if all(ps == s * size for ps, s in zip(prev_strides, strides)):
-                merged[-1] = (prev_size * size, strides)
-                continue
-        merged.append((size, strides))
-    new_shape = tuple(size for size, _ in merged)
-    new_strides = [tuple(strides[k] for _, strides in merged) for k in range(len(stride_lists))]
-    return new_shape, new_strides
 
 
 UNROLL = 2

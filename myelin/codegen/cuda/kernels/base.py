@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from myelin.codegen.cuda import cudatypes
-from myelin.codegen.llvm.loops import contiguous_strides
+from myelin.plan.strides import contiguous_strides
 from myelin.errors import CompileError
 from myelin.plan.cell import CONSTANT
 from myelin.plan.kernel import PlannedKernel

@@ -21,7 +21,7 @@ from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, gri
 from myelin.codegen.cuda.kernels.fused import recipe_code
 from myelin.codegen.cuda.kernels.window import split, window_axes, window_loops, window_start
 from myelin.codegen.llvm.kernels.fused import epilogue
-from myelin.codegen.llvm.loops import contiguous_strides
+from myelin.plan.strides import contiguous_strides
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import conv_part, first_extra
 

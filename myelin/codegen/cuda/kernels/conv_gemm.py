@@ -19,7 +19,7 @@ from myelin.codegen.cuda import cudatypes
 from myelin.codegen.cuda.kernels.base import CudaKernel, Launch, Signature, kernel, unit_loop
 from myelin.codegen.cuda.kernels.conv import geometry, output_lines, supported
 from myelin.codegen.cuda.kernels.window import split
-from myelin.codegen.llvm.loops import contiguous_strides
+from myelin.plan.strides import contiguous_strides
 
 MICRO = 4
 SPREAD = 16                     # threads along each side of the block's thread grid

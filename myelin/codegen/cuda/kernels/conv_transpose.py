@@ -15,7 +15,7 @@ from myelin.codegen.cuda import cudatypes
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, grid_stride,
                                               kernel)
 from myelin.codegen.cuda.kernels.window import split
-from myelin.codegen.llvm.loops import contiguous_strides
+from myelin.plan.strides import contiguous_strides
 from myelin.ops import conv as conv_ops
 
 

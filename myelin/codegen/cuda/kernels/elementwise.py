@@ -11,7 +11,7 @@ import math
 from myelin.codegen.cuda import cudatypes, expressions
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               grid_stride, kernel, literal_constant)
-from myelin.codegen.llvm.loops import broadcast_strides, collapse, contiguous_strides
+from myelin.plan.strides import broadcast_strides, collapse, contiguous_strides
 
 
 def pointwise(name, step, domain, inputs, outputs, evaluate):

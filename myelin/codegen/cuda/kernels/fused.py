@@ -18,7 +18,7 @@ from myelin.codegen.cuda.kernels.elementwise import pointwise, same_layout_input
 from myelin.codegen.cuda.kernels.reduction import (block_of, combine, finish, fold,
                                                    shared_declarations, start, unit_threads)
 from myelin.codegen.llvm.kernels import fused as cpu_fused
-from myelin.codegen.llvm.loops import broadcast_strides, collapse
+from myelin.plan.strides import broadcast_strides, collapse
 from myelin.ops import recipe as recipes
 
 

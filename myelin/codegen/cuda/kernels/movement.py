@@ -13,7 +13,7 @@ import numpy as np
 from myelin.codegen.cuda import cudatypes
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               grid_stride, kernel)
-from myelin.codegen.llvm.loops import collapse, contiguous_strides
+from myelin.plan.strides import collapse, contiguous_strides
 
 
 def _constant_ints(step, index):

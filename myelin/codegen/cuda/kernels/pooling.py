@@ -22,7 +22,7 @@ from myelin.codegen.cuda.kernels.reduction import (block_of, combine, finish, fo
                                                    shared_declarations, start, unit_threads)
 from myelin.codegen.cuda.kernels.window import (Axis, split, tap_range, window_axes, window_loops,
                                                 window_start)
-from myelin.codegen.llvm.loops import contiguous_strides
+from myelin.plan.strides import contiguous_strides
 from myelin.flow.attributes import Attributes
 from myelin.ops import conv as conv_ops
 from myelin.ops.registry import attribute

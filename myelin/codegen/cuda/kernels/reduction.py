@@ -16,10 +16,9 @@ from myelin.codegen.cuda import cudatypes, expressions
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               kernel, unit_loop)
 from myelin.codegen.cuda.target import WARP
-from myelin.codegen.llvm.kernels.reduction import FOLDS, reduced_axes
-from myelin.codegen.llvm.loops import collapse, contiguous_strides
+from myelin.plan.strides import collapse, contiguous_strides
 from myelin.flow.attributes import Attributes
-from myelin.ops.reduction import identity, mean_scale
+from myelin.ops.reduction import FOLDS, identity, mean_scale, reduced_axes
 
 
 def unit_threads(length):
@@ -105,7 +104,7 @@ class ReductionKernel(CudaKernel):
         if not (cudatypes.supported(source.dtype) and cudatypes.supported(out.dtype)):
             return False
         count = 1
-        for axis in reduced_axes(step):
+        for axis in reduced_axes(step, len(step.inputs[0].shape)):
             count *= source.shape[axis]
         return out.elements * count == source.elements
 
@@ -120,7 +119,7 @@ class ReductionKernel(CudaKernel):
         """(kept shape, kept strides, reduced shape, reduced strides, count, threads per
         output element), dimensions merged where they allow."""
         source = step.inputs[0]
-        axes = set(reduced_axes(step))
+        axes = set(reduced_axes(step, len(step.inputs[0].shape)))
         strides = contiguous_strides(source.shape)
         kept = [(d, s) for a, (d, s) in enumerate(zip(source.shape, strides)) if a not in axes]
         reduced = [(d, s) for a, (d, s) in enumerate(zip(source.shape, strides)) if a in axes]

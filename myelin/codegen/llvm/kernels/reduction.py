@@ -13,15 +13,11 @@ import llvmlite.ir as ir
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
 from myelin.flow.attributes import Attributes
-from myelin.ops.reduction import identity, mean_scale
+from myelin.ops.reduction import FOLDS, identity, mean_scale, reduced_axes
 
 
 # Each reduction folds values with an op of the element-wise lowering table, so Max and Min
 # propagate NaN like NumPy and compare unsigned integers as unsigned.
-FOLDS = {"Sum": "Add", "Mean": "Add", "Count": "Add", "Product": "Mul", "Max": "Maximum",
-         "Min": "Minimum", "All": "And", "Any": "Or"}
-
-
 def combiner(op_type, dtype):
     """``combine(builder, x, y)`` folding two partial results of reduction ``op_type``."""
     def combine(builder, x, y):
@@ -44,15 +40,6 @@ def horizontal(builder, vector, combine):
         if isinstance(vector.type, ir.VectorType) else vector
 
 
-def reduced_axes(step):
-    """The sorted, non-negative axes a reduction step reduces over."""
-    rank = len(step.inputs[0].shape)
-    axes = step.attrs.get_ints("axis") if "axis" in step.attrs else None
-    if axes is None:
-        return list(range(rank))
-    return sorted({a % rank for a in axes}) if rank else []
-
-
 class ReductionKernel(Kernel):
     """Sum/Product/Max/Min/All/Any/Count/Mean over all axes or the ``axis`` attribute."""
 
@@ -73,12 +60,12 @@ class ReductionKernel(Kernel):
     def _count(step):
         """How many input elements make one output element (0 over an empty axis)."""
         shape = step.inputs[0].shape
-        return math.prod(shape[axis] for axis in reduced_axes(step))
+        return math.prod(shape[axis] for axis in reduced_axes(step, len(step.inputs[0].shape)))
 
     def emit(self, ctx, step):
         b, target = ctx.builder, ctx.target
         source, out = step.inputs[0], step.outputs[0]
-        axes = reduced_axes(step)
+        axes = reduced_axes(step, len(step.inputs[0].shape))
         kept_shape = tuple(1 if a in axes else d for a, d in enumerate(source.shape))
         out_strides = tuple(0 if a in axes else s
                             for a, s in enumerate(loops.contiguous_strides(kept_shape)))
