@@ -141,13 +141,14 @@ def _residual_block(tmp_path, activations):
     return onnx.load(target)
 
 
-@pytest.mark.parametrize("activations", [QuantType.QUInt8, QuantType.QInt8])
-def test_requantized_layers_pass_bytes(tmp_path, activations):
+@pytest.mark.parametrize("activations, features", [(QuantType.QUInt8, None),
+                                                    (QuantType.QInt8, "sse")])
+def test_requantized_layers_pass_bytes(tmp_path, activations, features):
     """The requantization after each convolution runs in its epilogue: the first writes the
     bytes the second reads, the second its dequantized float for the residual add."""
     model = _residual_block(tmp_path, activations)
     x = _image((1, 8, 12, 12))
-    compiled = myelin.onnx.load(model)
+    compiled = myelin.onnx.load(model, **({"features": features} if features else {}))
     (y,) = compiled.run({"x": x})
     steps = [line for line in str(compiled.network().cell("main")).splitlines() if " = " in line]
     integer = [line for line in steps if "= ConvInteger[" in line]
