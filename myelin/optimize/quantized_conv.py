@@ -11,7 +11,7 @@ DequantizeLinear(w_q) into a Conv) once constant folding and the simplifier's ro
 have made the weights a float constant and the pair a clamp; also without the scale (1), as it
 writes ConvInteger and QLinearConv (a float64 Conv of the shifted bytes and weights). The integer weights are
 recovered from the float ones: per output channel (per-tensor quantization is a case of it),
-the scale (the largest weight over a level: 127, 64 or 255 for symmetric int8, 7-bit and
+the scale (the largest weight over a level: 127, 128, 64 or 255 for int8, 7-bit and
 zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that makes every weight an
 integer times it, to within float32 rounding of ``integer * scale``; weights that are no such
 multiples keep the float Conv. So does a grouped convolution (no int8 kernel
@@ -33,7 +33,7 @@ from myelin.optimize.quantized import as_bytes, byte_source, constant, zero_poin
 from myelin.optimize.simplify import clamped
 
 _LEVELS = 255               # the largest magnitude of the integer weights
-_COMMON_LEVELS = (127, 64, 255)
+_COMMON_LEVELS = (127, 128, 64, 255)
 _SAMPLE = 16                # elements of a row the levels are tried on first
 _CHUNK = 256                # rows whose samples are tried at once
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
@@ -84,15 +84,17 @@ def integer_weights(data):
 
 
 def _scales(rows, top):
-    """The scale of each row: its largest magnitude ``top`` over a level that makes the row
-    integers times it: 127, 64 or 255 (symmetric int8, 7-bit and shifted uint8 weights)
-    where one does, else the smallest in 1 .. 255; None where a row has none."""
+    """The scale of each row: its largest magnitude ``top`` (or the tensor's) over a level
+    that makes the row integers times it: 127, 128, 64 or 255 (symmetric int8, int8 whose
+    largest magnitude is -128, 7-bit and shifted uint8 weights) where one does, else the
+    row's over the smallest in 1 .. 255; None where a row has none."""
     top = np.where(top > 0, top, 1.0)
     scales = np.full(len(rows), np.nan)
-    for level in _COMMON_LEVELS:
-        left = np.flatnonzero(np.isnan(scales))
-        fits = _multiples(rows[left], top[left] / level, top[left])
-        scales[left[fits]] = top[left[fits]] / level
+    for tops in (top, np.full_like(top, top.max())):       # per channel, per tensor
+        for level in _COMMON_LEVELS:
+            left = np.flatnonzero(np.isnan(scales))
+            fits = _multiples(rows[left], tops[left] / level, tops[left])
+            scales[left[fits]] = tops[left[fits]] / level
     left = np.flatnonzero(np.isnan(scales))
     if len(left):
         found = _smallest_levels(rows[left], top[left])
@@ -128,9 +130,11 @@ def _smallest_levels(rows, top):
 
 
 def _multiples(rows, scale, top):
-    """Which ``rows`` are integers times their ``scale`` to within float32 rounding."""
-    ints = np.rint(rows / scale[:, None])
-    return np.all(np.abs(ints * scale[:, None] - rows) <= _TOLERANCE * top[:, None], axis=1)
+    """Which ``rows`` are integers times their ``scale`` to within float32 rounding
+    (``_TOLERANCE * top``, here in units of the scale)."""
+    ratios = rows * (1.0 / scale)[:, None]
+    return np.all(np.abs(ratios - np.rint(ratios)) <= (_TOLERANCE * top / scale)[:, None],
+                  axis=1)
 
 
 def _rewrite(flow, func, op):
