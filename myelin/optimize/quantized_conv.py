@@ -1,22 +1,26 @@
 """Integer convolutions of QDQ models: a float ``Conv`` of dequantized bytes by constant
-weights that are integers times a scale per output channel becomes a
-:mod:`ConvInteger <myelin.ops.quantized>` op on the bytes, in int32, followed by its
-dequantization (a float scale per output channel, and the bias)::
+weights that are integers times a scale per output channel becomes a dequantizing
+:mod:`ConvInteger <myelin.ops.quantized>` op on the bytes (int32 sums, then ``float(sum) *
+scale * w_scale + bias`` per output channel)::
 
     Conv(Mul(Sub(q, zero), scale), w, bias)        # q: bytes, or a quantization's float clamp
-    ->  Add(Mul(Cast(ConvInteger(q8, w_int, zero8), float), scale * w_scale), bias)
+    ->  ConvInteger(q8, w_int, zero8, scale * w_scale, bias)
 
 as the ONNX importer writes a QDQ group (DequantizeLinear(QuantizeLinear(x)) and
 DequantizeLinear(w_q) into a Conv) once constant folding and the simplifier's round-trip rule
-have made the weights a float constant and the pair a clamp; also without the scale (1), as it
-writes ConvInteger and QLinearConv (a float64 Conv of the shifted bytes and weights). The integer weights are
-recovered from the float ones: per output channel (per-tensor quantization is a case of it),
-the scale (the largest weight over a level: 127, 128, 64 or 255 for int8, 7-bit and
-zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that makes every weight an
-integer times it, to within float32 rounding of ``integer * scale``; weights that are no such
-multiples keep the float Conv. So does a grouped convolution (no int8 kernel
-yet). The requantization after it (Relu, the next QuantizeLinear's division, rounding and
-clamp) stays float element-wise code, fused as usual.
+have made the weights a float constant and the pair a clamp; also without the scale (1), as
+it writes ConvInteger and QLinearConv (a float64 Conv of the shifted bytes and weights). The
+integer weights are recovered from the float ones, per output channel (per-tensor
+quantization is a case of it): the scale (the largest weight over a level: 127, 128, 64 or
+255 for int8, 7-bit and zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that
+makes every weight an integer times it, to within float32 rounding of ``integer * scale``.
+Weights that are no such multiples keep the float Conv, and so do grouped convolutions (no
+int8 kernel for them yet).
+
+The element-wise ops after the op that read only constant scalars (a ReLU, the next
+QuantizeLinear's division, rounding and clamp, a DequantizeLinear) then move into its recipe
+(``expr``), and where the recipe ends in a clamp that is converted to bytes, the op writes
+those bytes: the next ConvInteger reads them, float readers a Cast of them.
 
 The int32 sums are exact; the float Conv they replace rounds each product, so the two may
 differ by float32's rounding of the accumulated value, which the next quantization turns
@@ -205,6 +209,10 @@ def _requantize(flow, func, op, fusable):
     casts = [c for c in value.consumers if c.type == "Cast" and c.func is func
              and c.outputs[0].dtype in _BYTE_RANGES and not value.is_output
              and clamped(value, *_BYTE_RANGES[c.outputs[0].dtype])]
+    # One of them becomes the op's output; the others' readers read it (not a graph output).
+    casts.sort(key=lambda c: not c.outputs[0].is_output)
+    casts = [c for i, c in enumerate(casts) if i == 0 or (
+        not c.outputs[0].is_output and c.outputs[0].dtype == casts[0].outputs[0].dtype)]
     if not chain and not casts:
         return False
     inputs, attrs = op.inputs + scalars, dict(op.attrs.items())
@@ -218,7 +226,7 @@ def _requantize(flow, func, op, fusable):
             converted = cast.outputs[0]
             flow.delete_op(cast)
             if converted is not result:
-                forward_to(converted, result)
+                _read_instead(converted, result)
     internal = [op.outputs[0]] + [reader.outputs[0] for reader in chain]
     for member in [op] + chain:
         flow.delete_op(member)
@@ -232,7 +240,7 @@ def _requantize(flow, func, op, fusable):
     return True
 
 
-def forward_to(old, new):
+def _read_instead(old, new):
     """Make every reader of ``old`` read ``new``."""
     for reader in list(old.consumers):
         reader.replace_input(old, new)

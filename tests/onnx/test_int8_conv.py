@@ -159,6 +159,20 @@ def test_requantized_layers_pass_bytes(tmp_path, activations, features):
     np.testing.assert_array_equal(y, _ort(model, {"x": x}))
 
 
+def test_a_quantized_output_is_written_by_the_convolution():
+    """A model whose output is the QuantizeLinear's bytes: the ConvInteger step writes them."""
+    model = _qdq_conv((1, 6, 9, 9), 10, (3, 3), pads=[1, 1, 1, 1])
+    model.graph.node.pop()                                   # the last DequantizeLinear
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("yq", TensorProto.UINT8, None))
+    x = _image((1, 6, 9, 9))
+    compiled = myelin.onnx.load(model)
+    (y,) = compiled.run({"x": x})
+    steps = [line for line in str(compiled.network().cell("main")).splitlines() if " = " in line]
+    assert any(line.strip().startswith("main/yq = ConvInteger") for line in steps)
+    assert y.dtype == np.uint8
+    np.testing.assert_array_equal(y, _ort(model, {"x": x}))
+
+
 def test_full_range_weights_follow_the_spec():
     model = _qdq_conv((1, 32, 9, 9), 20, (3, 3), top=127, pads=[1, 1, 1, 1])
     x = _image((1, 32, 9, 9))
