@@ -14,8 +14,8 @@ integer weights are recovered from the float ones, per output channel (per-tenso
 quantization is a case of it): the scale (the largest weight over a level: 127, 128, 64 or
 255 for int8, 7-bit and zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that
 makes every weight an integer times it, to within float32 rounding of ``integer * scale``.
-Weights that are no such multiples keep the float Conv, and so do grouped convolutions (no
-int8 kernel for them yet).
+Weights that are no such multiples keep the float Conv, and so do depthwise convolutions and
+groups of fewer than ``GROUP_CHANNELS`` channels (no int8 kernel pays for them yet).
 
 The element-wise ops after the op that read only constant scalars (a ReLU, the next
 QuantizeLinear's division, rounding and clamp, a DequantizeLinear) then move into its recipe
@@ -42,6 +42,7 @@ _SAMPLE = 16                # elements of a row the levels are tried on first
 _CHUNK = 256                # rows whose samples are tried at once
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
 _BYTE_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+GROUP_CHANNELS = 8          # the fewest channels per group made int8 (see _grouped_fit)
 
 
 def _dequantized(var):
@@ -141,13 +142,23 @@ def _multiples(rows, scale, top):
                   axis=1)
 
 
+def _grouped_fit(op):
+    """True for one group, or groups of at least ``GROUP_CHANNELS`` input and output
+    channels: the product per group pays (depthwise and thin groups keep the float
+    kernels)."""
+    group = op.attrs.get_int("group", 1)
+    w = op.inputs[1]
+    return group == 1 or (w.rank >= 3 and w.shape[1] >= GROUP_CHANNELS
+                          and w.shape[0] // group >= GROUP_CHANNELS)
+
+
 def _rewrite(flow, func, op):
     """Replace Conv ``op`` by a dequantizing ConvInteger; returns it, or None where ``op``
     does not match."""
     x, w = op.inputs[:2]
     bias = op.inputs[2] if len(op.inputs) > 2 else None
     out = op.outputs[0]
-    if (out.dtype not in ("float32", "float64") or op.attrs.get_int("group", 1) != 1
+    if (out.dtype not in ("float32", "float64") or not _grouped_fit(op)
             or not w.constant or w.learnable or w.data is None
             or (bias is not None and (not bias.constant or bias.learnable or bias.data is None))):
         return None

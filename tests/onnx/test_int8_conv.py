@@ -99,6 +99,8 @@ def _image(shape):
     ((2, 3, 9, 11), 8, (5, 5), {"pads": [2, 1, 2, 0], "per_channel": False, "relu": False}),
     ((1, 6, 12, 12), 9, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2], "bias": False}),
     ((1, 5, 40), 12, (3,), {"strides": [3], "pads": [1, 1]}),
+    ((1, 32, 9, 9), 48, (3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((2, 18, 7, 7), 16, (3, 3), {"group": 2, "strides": [2, 2], "per_channel": False}),
 ])
 def test_qdq_convolutions_match_onnx_runtime(x_shape, cout, kernel, options):
     model = _qdq_conv(x_shape, cout, kernel, **options)
@@ -208,9 +210,9 @@ def test_conv_integer_is_exact(x_type, w_type, features):
 
 
 def test_what_does_not_fit_keeps_the_float_conv():
-    """Float weights (not integers times a scale) and grouped convolutions stay float."""
+    """Float weights (not integers times a scale) and depthwise convolutions stay float."""
     x = _image((1, 8, 6, 6))
-    grouped = _qdq_conv((1, 8, 6, 6), 8, (3, 3), group=2, pads=[1, 1, 1, 1])
+    grouped = _qdq_conv((1, 8, 6, 6), 8, (3, 3), group=8, pads=[1, 1, 1, 1])
     model = _qdq_conv((1, 8, 6, 6), 4, (1, 1))
     weights = next(i for i in model.graph.initializer if i.name == "wq")
     model.graph.node[2].CopyFrom(helper.make_node("Identity", ["wf"], ["wd"]))

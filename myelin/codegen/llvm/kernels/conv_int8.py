@@ -1,10 +1,11 @@
 """Integer convolutions on bytes: ``ConvInteger`` (:mod:`myelin.ops.quantized`), the
 convolution of ``x - x_zero`` (uint8 or int8 images) by constant int8 or int16 weights, in
-int32, with one group.
+int32.
 
 It is :mod:`.conv_gemm`'s implicit im2col product with :mod:`.matmul_int8`'s multiply-add:
-per image, Y[M, pixels] = W[M, taps x channels] x X', the weights A (packed when the model
-compiles) and X' packed at run time, a group of panels at a time, from the image. Each int32
+per image and group, Y_g[M/G, pixels] = W_g[M/G, taps x channels of the group] x X'_g, the
+weights A (packed when the model compiles) and X'_g packed at run time, a group of panels
+at a time, from the group's channels of the image. Each int32
 element holds two int16 values of k (``pmaddwd``: two exact products per lane), and k runs
 over (kernel tap, pair of channels), so the two values of an element are two channels at
 the same tap: where the panel's vector of a tap comes from is the same for both, worked
@@ -48,14 +49,17 @@ class _Plan(Plan):
     madd = staticmethod(PMADDWD.madd)
 
     def __init__(self, ctx, step, g):
-        self.pairs = -(-g.in_channels // 2)
+        self.channels = g.in_channels // g.group          # per group
+        self.pairs = -(-self.channels // 2)
         self.taps = math.prod(g.kernel)
-        super().__init__(ctx, g.out_channels, math.prod(g.output), self.taps * self.pairs,
-                         (g.batch,), "int32", "run", split_rows=False, choice=step.choice)
+        super().__init__(ctx, g.out_channels // g.group, math.prod(g.output),
+                         self.taps * self.pairs, (g.batch, g.group), "int32", "run",
+                         split_rows=False, choice=step.choice)
 
 
 def _packed(step, plan):
-    """The weights [M, C, kernel...] as [M, taps, channel pairs] of int16 pairs in int32."""
+    """The weights [M, C / G, kernel...] as [M, taps, channel pairs] of int16 pairs in int32
+    (a group's rows one after the other)."""
     w = step.inputs[1]
     data = np.asarray(w.root().var.data).reshape(w.shape)
     m, channels = data.shape[:2]
@@ -70,7 +74,7 @@ def _geometry(step):
 
 
 class ConvInt8Kernel(Kernel):
-    """``ConvInteger`` with constant weights and one group, on NCW, NCHW and NCDHW images."""
+    """``ConvInteger`` with constant weights, on NCW, NCHW and NCDHW images."""
 
     name = "ConvInteger"
     shares_code = True
@@ -82,13 +86,14 @@ class ConvInt8Kernel(Kernel):
         if root.kind != CONSTANT or root.var is None or root.var.data is None:
             return False
         g = _geometry(step)
-        return g.group == 1 and math.prod(g.input) * g.in_channels < 2 ** 31
+        return math.prod(g.input) * g.in_channels < 2 ** 31
 
     def variant(self, step, target):
         return f"{target.isa()}{PMADDWD.name}"
 
     def choices(self, step, target):
-        return choices(target, _geometry(step).out_channels)
+        g = _geometry(step)
+        return choices(target, g.out_channels // g.group)
 
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
@@ -111,24 +116,30 @@ class ConvInt8Kernel(Kernel):
 
 
 class _Task(_ConvTask):
-    """A task of a ConvInteger: an image, a block of output channels and a block of panels
-    of its pixels, packed as channel pairs."""
+    """A task of a ConvInteger: an image and group, a block of its output channels and a
+    block of panels of its pixels, packed as channel pairs."""
 
     def __init__(self, ctx, step, plan, geometry, weights, recipe, index):
         super().__init__(ctx, step, plan, geometry, index)
         self.weights, self.recipe = weights, recipe
         self.zero = None
         self.scalars = []       # the recipe's one-element inputs, loaded
+        self.first_channel = irutil.i64(0)     # the group's first output channel
 
     def pointers(self, batch):
         b, g, plan, ctx = self.b, self.g, self.plan, self.ctx
         x, _, zero = self.step.inputs[:3]
         y = self.step.outputs[0]
-        image = g.in_channels * math.prod(g.input)
+        # Batch entry = image * groups + group: its channels follow the previous entry's.
+        image = plan.channels * math.prod(g.input)
         self.bp = irutil.element_ptr(b, ctx.pointer(x), x.dtype, b.mul(batch, irutil.i64(image)))
         self.c = irutil.element_ptr(b, ctx.pointer(y), y.dtype,
                                     b.mul(batch, irutil.i64(plan.m * plan.n)))
         self.a = ctx.keep(self.weights)
+        if g.group > 1:
+            self.first_channel = b.mul(b.urem(batch, irutil.i64(g.group)), irutil.i64(plan.m))
+            self.a = irutil.element_ptr(b, self.a, "int32",
+                                        b.mul(self.first_channel, irutil.i64(plan.k)))
         value = irutil.load(b, ctx.pointer(zero), x.dtype)
         self.zero = irutil.splat(b, self._widen(value), plan.lanes)
         self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
@@ -143,8 +154,9 @@ class _Task(_ConvTask):
             return
         b, lanes = self.b, irutil.width_of(value)
         dtype, out = step.inputs[3].dtype, step.outputs[0].dtype
+        channel = b.add(self.first_channel, row)
         scale, bias = (irutil.splat(b, irutil.load(b, irutil.element_ptr(
-            b, self.ctx.pointer(p), dtype, row), dtype), lanes) for p in step.inputs[3:5])
+            b, self.ctx.pointer(p), dtype, channel), dtype), lanes) for p in step.inputs[3:5])
         value = b.fadd(b.fmul(b.sitofp(value, irutil.vector_of(irutil.compute_type(dtype),
                                                                  lanes)), scale), bias)
         if self.recipe is not None:
@@ -169,7 +181,7 @@ class _Task(_ConvTask):
         first = b.trunc(b.mul(panel, irutil.i64(plan.width)), I32)
         lines = [self._line(first, v) for v in range(plan.vectors)]
         plane = math.prod(g.input)
-        full = g.in_channels // 2
+        full = plan.channels // 2
 
         def tap(kernel):
             sources = [self._source(line, [b.trunc(k, I32) for k in kernel]) for line in lines]
@@ -189,8 +201,8 @@ class _Task(_ConvTask):
             with irutil.for_range(b, 0, full, name="gc") as number:
                 channel = b.mul(number, irutil.i64(2))
                 pair(number, [channel, b.add(channel, irutil.i64(1))])
-            if g.in_channels % 2:
-                pair(irutil.i64(full), [irutil.i64(g.in_channels - 1)])
+            if plan.channels % 2:
+                pair(irutil.i64(full), [irutil.i64(plan.channels - 1)])
 
         nested_loops(b, list(g.kernel), tap, name="g")
 
