@@ -42,8 +42,8 @@ I32 = irutil.I32
 
 
 class _Plan(Plan):
-    """The product per image of the weights [M, taps x channel pairs] by the packed image, in
-    int32 elements of two int16 values."""
+    """The product per image and group of the group's weights [M / G, taps x channel pairs]
+    by its packed channels of the image, in int32 elements of two int16 values."""
 
     product = PMADDWD.name
     madd = staticmethod(PMADDWD.madd)
