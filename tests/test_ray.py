@@ -3,6 +3,7 @@ Data's actors (Ray started once for the module, 2 CPUs); a killed actor's batche
 without lost or repeated rows; a model that does not compile fails the job with myelin's
 message."""
 
+import builtins
 import os
 import sys
 
@@ -125,8 +126,10 @@ def ray():
     ray.data.DataContext.get_current().enable_progress_bars = False
     # The workers unpickle this module's classes from their pickles, not by importing it.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    printing = builtins.print          # (Ray's progress bars put a print of their own there)
     yield ray
     ray.shutdown()
+    builtins.print = printing
 
 
 def _dataset(ray, rows):
