@@ -163,23 +163,26 @@ class Compilation:
                   "asm": _emit(machine, parsed, False) if self.want["asm"] else None}
         return _emit(machine, parsed, True), dumped
 
+    def _finished(self):
+        """(name, (object file, dumps)) of each module, in the order they finish compiling."""
+        if self.pool:
+            names = {future: name for name, future in self.modules.items()}
+            for future in concurrent.futures.as_completed(names):
+                yield names[future], future.result()
+        else:
+            for name, work in self.modules.items():
+                yield name, self._compile(name, *work)
+
     def results(self, order=None, each=None):
         """(the object file of each module by name, and the dumps of the modules in
         ``order``, by default as added). ``each(name, object file)`` is called on this thread
         for each module as soon as it is compiled, while the compile threads go on with the
         others (the compiler writes them to its cache meanwhile)."""
         finished = {}
-        if self.pool:
-            names = {future: name for name, future in self.modules.items()}
-            for future in concurrent.futures.as_completed(names):
-                finished[names[future]] = future.result()
-                if each:
-                    each(names[future], finished[names[future]][0])
-        else:
-            for name, work in self.modules.items():
-                finished[name] = self._compile(name, *work)
-                if each:
-                    each(name, finished[name][0])
+        for name, result in self._finished():
+            finished[name] = result
+            if each:
+                each(name, result[0])
         done = {name: finished[name] for name in self.modules}       # (in the order added)
         dumps = {kind: "\n".join(done[name][1][kind] for name in order or done)
                  for kind, wanted in self.want.items() if wanted}
