@@ -209,7 +209,8 @@ class Compiler:
         and its CPU kernels."""
         planner = Planner(self.select, elementwise.supported, self.opt_level,
                           self.reuse_memory, self.alignment, self.disable_passes,
-                          self.dump_flow, self.debug, self.loops, self.progress)
+                          self.dump_flow, self.debug, self.loops, self.progress,
+                          channel_block=kernels.channel_block)
         try:
             with limits.scope(self.max_tensor_bytes):
                 return planner.prepare(flow, target)

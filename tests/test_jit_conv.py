@@ -10,6 +10,9 @@ from myelin.optimize import Context
 from myelin.optimize.inference import fold_scale_axis, simplify_inference
 
 TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
+# Tests of the kernels for plain NC... images compile without the channel-blocked layout,
+# which would take their convolutions of channels in multiples of 8 (test_jit_conv_blocked).
+PLAIN = {"disable_passes": ("block_channels",)}
 
 # (op type, input shapes, attributes): odd sizes, strides, pads, dilations, groups, auto_pad.
 CONV = [
@@ -440,7 +443,8 @@ def test_depthwise_conv_with_fused_epilogue(features, threads, size, stride, epi
         y = f.add(y, residual)
     f.identity(y, name="y")
     values = {v: random_array(rng, "float32", v.shape) for v in inputs}
-    net = run_and_compare(flow, {"f": values}, TOLERANCE["float32"], features, threads=threads)
+    net = run_and_compare(flow, {"f": values}, TOLERANCE["float32"], features, threads=threads,
+                          **PLAIN)
     steps = [step for step in net.cell("f").steps if not step.noop]
     assert steps[0].kernel.name == "ConvDepthwise"
     assert epilogue == "hardswish" or [step.type for step in steps] == ["FusedConv"]
@@ -550,7 +554,8 @@ def test_small_planes_with_channels_in_lanes(features, threads, epilogue):
         f.identity(y, name="y")
         inputs[f"f{i}"] = values
         expected[f"f{i}"] = kernel
-    net = run_and_compare(flow, inputs, TOLERANCE["float32"], features, threads=threads)
+    net = run_and_compare(flow, inputs, TOLERANCE["float32"], features, threads=threads,
+                          **PLAIN)
     for name, kernel in expected.items():
         steps = [step for step in net.cell(name).steps if not step.noop]
         assert [step.kernel.name for step in steps] == [kernel], name

@@ -7,7 +7,9 @@ axis 1) and uses ONNX's attribute names and defaults; int-list attributes are wr
 stride)``, the odd padding at the end / beginning) or VALID (no padding).
 
 * ``Conv(X, W[, B])``: ``W`` is ``[M, C / group, K1, ..., Kk]``, ``B`` is ``[M]``; attributes
-  ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``.
+  ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``;
+  and myelin's ``channel_block`` (default 0): when ``b`` > 0, X and Y are images in blocks of
+  ``b`` channels and W is packed (group 1 or depthwise only; :mod:`myelin.ops.layout`).
 * ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
   ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
   one at the beginning unless auto_pad is SAME_UPPER).
@@ -36,6 +38,7 @@ import math
 
 import numpy as np
 
+from myelin.ops import layout
 from myelin.ops.common import FLOAT, check_dtype, common_dtype, error
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, register
 
@@ -90,15 +93,48 @@ def _auto_pad(op):
     return value
 
 
+def channel_block(op):
+    """The channels per block of ``op``'s images: 0 for plain ``[N, C, D...]`` images, else
+    ``b`` for images ``[N, C/b, D..., b]`` (see :mod:`myelin.ops.layout`)."""
+    return op.attrs.get_int("channel_block", 0) or 0
+
+
 def _x_of(op):
+    """Input X of ``op``, checked, and its shape as ``[N, C, D...]``."""
     x = op.inputs[0]
-    if len(x.shape) < 3:
+    block = channel_block(op)
+    if block < 0:
+        raise error(op, f"attribute channel_block={block} must be 0 or positive")
+    if block and (len(x.shape) < 4 or x.shape[-1] != block):
+        raise error(op, f"input {x.name} of shape {list(x.shape)} is not an image in blocks of "
+                        f"{block} channels ([N, C/{block}, spatial..., {block}])")
+    shape = layout.plain_shape(x.shape) if block else tuple(x.shape)
+    if len(shape) < 3:
         raise error(op, f"input {x.name} must have rank 3 or more ([N, C, spatial...]), got "
                         f"shape {list(x.shape)}")
-    if x.shape[1] < 1 or x.shape[0] < -1 or any(d == 0 or d < -1 for d in x.shape[2:]):
+    if shape[1] < 1 or shape[0] < -1 or any(d == 0 or d < -1 for d in shape[2:]):
         raise error(op, f"input {x.name} of shape {list(x.shape)} needs non-zero spatial sizes "
                         f"and a known channel count (only the batch may be empty)")
-    return x
+    return x, shape
+
+
+def _weight_shape(op, channels, rank):
+    """Weight W's shape as ``[M, C/group, K...]`` (unpacked where ``op`` is channel-blocked;
+    ``rank`` spatial axes)."""
+    w, block = op.inputs[1], channel_block(op)
+    if not block:
+        return tuple(w.shape)
+    group = op.attrs.get_int("group", 1)
+    if op.type != "Conv" or group not in (1, channels):
+        raise error(op, f"a channel-blocked {op.type} needs group 1 or one group per channel, "
+                        f"not group={group}")
+    depthwise = group > 1
+    blocks = w.shape[-1:] if depthwise else w.shape[-2:]
+    if (len(w.shape) != rank + (3 if depthwise else 4) or any(d != block for d in blocks)
+            or (depthwise and w.shape[1] != 1)):
+        raise error(op, f"weight {w.name} of shape {list(w.shape)} is not packed in blocks of "
+                        f"{block} channels (see myelin.ops.layout)")
+    return layout.plain_weight_shape(w.shape, depthwise)
 
 
 def _same_pads(auto_pad, total):
@@ -110,8 +146,8 @@ def geometry(op):
     """The :class:`Geometry` of a Conv, ConvTranspose or pool op (global pools included);
     raises ShapeError naming the op for inconsistent shapes or attributes. ``op`` is anything
     with ``name``, ``type``, ``attrs`` and ``inputs`` that have a ``shape``."""
-    x = _x_of(op)
-    batch, channels, *spatial = x.shape
+    x, x_shape = _x_of(op)
+    batch, channels, *spatial = x_shape
     rank = len(spatial)
     if op.type in _GLOBAL_POOLS:
         ones = (1,) * rank
@@ -120,31 +156,31 @@ def geometry(op):
     conv = op.type in ("Conv", "ConvTranspose")
     group, out_channels = 1, channels
     if conv:
-        w = op.inputs[1]
+        w, w_shape = op.inputs[1], _weight_shape(op, channels, rank)
         group = op.attrs.get_int("group", 1)
         if group < 1 or channels % group:
             raise error(op, f"group={group} does not divide the {channels} channels of input "
                             f"{x.name}")
-        if len(w.shape) != len(x.shape):
-            raise error(op, f"weight {w.name} of shape {list(w.shape)} must have the rank of "
-                            f"input {x.name} of shape {list(x.shape)}")
+        if len(w_shape) != len(x_shape):
+            raise error(op, f"weight {w.name} of shape {list(w_shape)} must have the rank of "
+                            f"input {x.name} of shape {list(x_shape)}")
         if op.type == "Conv":
-            out_channels = w.shape[0]
-            if w.shape[1] * group != channels or out_channels % group:
-                raise error(op, f"weight {w.name} of shape {list(w.shape)} does not fit input "
-                                f"{x.name} of shape {list(x.shape)} with group={group}")
+            out_channels = w_shape[0]
+            if w_shape[1] * group != channels or out_channels % group:
+                raise error(op, f"weight {w.name} of shape {list(w_shape)} does not fit input "
+                                f"{x.name} of shape {list(x_shape)} with group={group}")
         else:
-            out_channels = w.shape[1] * group
-            if w.shape[0] != channels:
-                raise error(op, f"weight {w.name} of shape {list(w.shape)} needs {channels} "
+            out_channels = w_shape[1] * group
+            if w_shape[0] != channels:
+                raise error(op, f"weight {w.name} of shape {list(w_shape)} needs {channels} "
                                 f"input channels (axis 0) for input {x.name} of shape "
-                                f"{list(x.shape)}")
+                                f"{list(x_shape)}")
         kernel = _ints(op, "kernel_shape", rank, 1, 1)
         if op.attrs.get_ints("kernel_shape") is None:
-            kernel = list(w.shape[2:])
-        elif tuple(kernel) != tuple(w.shape[2:]):
+            kernel = list(w_shape[2:])
+        elif tuple(kernel) != tuple(w_shape[2:]):
             raise error(op, f"kernel_shape={kernel} differs from weight {w.name} of shape "
-                            f"{list(w.shape)}")
+                            f"{list(w_shape)}")
         if len(op.inputs) > 2:
             bias = op.inputs[2]
             if tuple(bias.shape) != (out_channels,):
@@ -207,7 +243,7 @@ def geometry(op):
                     size -= 1   # the last window must start inside the input or begin padding
                 output.append(size)
     if len(output) < rank or any(o < 1 and n > 0 for o, n in zip(output, spatial)):
-        raise error(op, f"input {x.name} of shape {list(x.shape)} is too small for kernel "
+        raise error(op, f"input {x.name} of shape {list(x_shape)} is too small for kernel "
                         f"{list(kernel)} (dilations {dilations}, pads {pads}, strides "
                         f"{strides})")
     if op.type in _POOLS and any(p >= k for p, k in zip(pads, kernel + kernel)):
@@ -218,28 +254,38 @@ def geometry(op):
 
 
 # Shape and type rules.
+def _output_shape(op, g):
+    """Y's shape: ``g.output_shape``, in blocks of channels where ``op``'s images are."""
+    block = channel_block(op)
+    if block and g.out_channels % block:
+        raise error(op, f"{g.out_channels} output channels do not fill blocks of {block}")
+    return layout.blocked_shape(g.output_shape, block) if block else g.output_shape
+
+
 def _conv_infer(op):
     dtype = common_dtype(op, op.inputs, FLOAT)
-    return [TensorType(dtype, geometry(op).output_shape)]
+    return [TensorType(dtype, _output_shape(op, geometry(op)))]
 
 
 def _pool_infer(op):
-    x = _x_of(op)
+    x, _ = _x_of(op)
     check_dtype(op, x, FLOAT)
     if op.type == "LpPool" or op.type == "GlobalLpPool":
         if attribute(op, "p") <= 0:
             raise error(op, f"attribute p={attribute(op, 'p')} must be positive")
     if op.type == "MaxPool" and op.attrs.get_int("storage_order", 0) not in (0, 1):
         raise error(op, "attribute storage_order must be 0 or 1")
-    shape = geometry(op).output_shape
+    shape = _output_shape(op, geometry(op))
     types = [TensorType(x.dtype, shape)]
     if op.type == "MaxPool" and (attribute(op, "indices") or len(op.outputs) == 2):
+        if channel_block(op):
+            raise error(op, "a channel-blocked MaxPool has no indices output")
         types.append(TensorType("int64", shape))
     return types
 
 
 def _lrn_infer(op):
-    x = _x_of(op)
+    x, _ = _x_of(op)
     check_dtype(op, x, FLOAT)
     size = op.attrs.get_int("size")
     if size is None or size < 1:
@@ -258,6 +304,22 @@ def _windows(array, g, offset, dims):
     return array[tuple(index)]
 
 
+def _blocked_reference(reference):
+    """``reference(op, inputs)`` of plain images, run on a channel-blocked op's by unpacking
+    its image and weight and blocking its outputs again."""
+    def run(op, inputs):
+        block = channel_block(op)
+        if not block:
+            return reference(op, inputs)
+        inputs = list(inputs)
+        inputs[0] = layout.unblock(inputs[0])
+        if len(inputs) > 1 and op.type == "Conv":
+            inputs[1] = layout.unblock_weight(inputs[1], op.attrs.get_int("group", 1) > 1)
+        return [layout.block(y, block) for y in reference(op, inputs)]
+    return run
+
+
+@_blocked_reference
 def _conv_reference(op, inputs):
     x, w = inputs[:2]
     g = geometry(op)
@@ -297,6 +359,7 @@ def _conv_transpose_reference(op, inputs):
     return [y]
 
 
+@_blocked_reference
 def _pool_reference(op, inputs):
     (x,) = inputs
     g = geometry(op)
@@ -392,7 +455,8 @@ CONV_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": 
 _POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations": None,
                "auto_pad": "NOTSET", "ceil_mode": 0}
 
-register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference, attrs=dict(CONV_ATTRS),
+register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference,
+               attrs=dict(CONV_ATTRS, channel_block=0),
                inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX",
                gradient=_conv_gradient))
 register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,

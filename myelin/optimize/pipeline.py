@@ -9,7 +9,7 @@ flow). Each pass has a minimum opt level, as in NNVM's table:
 0     required lowering only: type inference, inference-mode simplification
 1     + dead code elimination and operator fusion (attention first)
 2     + constant folding (precompute), common subexpressions, algebraic rules
-3     + FoldScaleAxis (scales folded into weights); layout changes later
+3     + FoldScaleAxis (scales folded into weights), the channel-blocked layout
 ====  ==========================================================================
 
 :func:`optimize` runs the pipeline; in debug mode (option or ``MYELIN_DEBUG=1``) the flow is
@@ -23,8 +23,8 @@ import sys
 import time
 from typing import Callable
 
-from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, quantized,
-                             quantized_conv, simplify)
+from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, layout,
+                             quantized, quantized_conv, simplify)
 
 DEFAULT_LEVEL = 3
 MAX_LEVEL = 3
@@ -63,6 +63,7 @@ PIPELINE = (
     )),
     Pass("fuse_integer_matmul", quantized.fuse_integer_matmul, 2),
     Pass("fuse_integer_conv", quantized_conv.fuse_integer_conv, 2),
+    Pass("block_channels", layout.block_channels, 3),
     Pass("fuse_attention", attention.fuse_attention, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused
@@ -91,10 +92,12 @@ class PassRun:
 class Context:
     """What passes may read besides the flow: options, and a log of what they did."""
 
-    def __init__(self, level=DEFAULT_LEVEL, fold_limit=1 << 22, verbose=False, fusable=None):
+    def __init__(self, level=DEFAULT_LEVEL, fold_limit=1 << 22, verbose=False, fusable=None,
+                 channel_block=0):
         self.level = level
         self.fold_limit = fold_limit
         self.fusable = fusable
+        self.channel_block = channel_block
         self.verbose = verbose
         self.messages = []
 
@@ -128,13 +131,14 @@ class Report:
 
 
 def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold_limit=1 << 22,
-             fusable=None):
+             fusable=None, channel_block=0):
     """Run the pipeline on ``flow`` (in place) at opt ``level``; returns a :class:`Report`.
 
     ``dump`` True prints the flow after each pass that changed it to stderr; a callable
     receives ``(pass_name, text)`` instead. ``debug`` verifies the flow after every pass.
     ``fusable(op_type)`` tells fusion which element-wise ops the back end can fuse (all when
-    None).
+    None). ``channel_block`` is the channels per block of the back end's blocked images (0:
+    it has none; see :mod:`myelin.optimize.layout`).
     """
     if not 0 <= level <= MAX_LEVEL:
         raise ValueError(f"opt level {level} is not in 0..{MAX_LEVEL}")
@@ -147,7 +151,7 @@ def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold
     debug = _env_flag("MYELIN_DEBUG") if debug is None else debug
     if not dump and _env_flag("MYELIN_DUMP_FLOW"):
         dump = True
-    ctx = Context(level, fold_limit, fusable=fusable)
+    ctx = Context(level, fold_limit, fusable=fusable, channel_block=channel_block)
     report = Report()
     flow.infer_inputs_and_outputs()
 

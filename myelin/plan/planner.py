@@ -32,15 +32,18 @@ from myelin.plan.kernel import EMPTY
 class Planner:
     """Plans flows for one back end. ``select(step, target)`` picks each step's kernel (None
     where it has none; its ``backend`` attribute names the back end in errors) and
-    ``fusable(op)`` says which element-wise ops the back end's fused kernels compute. The
-    other options are the :class:`~myelin.compiler.Compiler`'s of the same names;
-    ``progress(phase, done, total)`` is told as each phase starts."""
+    ``fusable(op)`` says which element-wise ops the back end's fused kernels compute;
+    ``channel_block(target)``, where given, the channels per block of the images its
+    convolutions read (:mod:`myelin.optimize.layout`; 0 for none). The other options are the
+    :class:`~myelin.compiler.Compiler`'s of the same names; ``progress(phase, done, total)``
+    is told as each phase starts."""
 
     def __init__(self, select, fusable, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, disable_passes=(), dump_flow=False, debug=None, loops=None,
-                 progress=None):
+                 progress=None, channel_block=None):
         self.select = select
         self.fusable = fusable
+        self.channel_block = channel_block
         self.opt_level = opt_level
         self.reuse_memory = reuse_memory
         self.alignment = alignment
@@ -70,7 +73,9 @@ class Planner:
             loops.project_rows(flow, flow.funcs[name], {state for _, state in feedback})
         self.report = optimize.optimize(flow, self.opt_level, self.disable_passes,
                                         self.dump_flow, self.debug,
-                                        fusable=self.fusable)
+                                        fusable=self.fusable,
+                                        channel_block=(self.channel_block(target)
+                                                       if self.channel_block else 0))
         flow.verify()
         self.timings["optimize"] = time.perf_counter() - start
 

@@ -29,9 +29,10 @@ ROWS = 4        # output channels per thread, at most
 
 
 def supported(step):
-    """True if ``step`` is a ``Conv`` or ``FusedConv`` (with a compilable epilogue) whose
-    tensors all have one float dtype."""
-    if step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) < 3:
+    """True if ``step`` is a ``Conv`` or ``FusedConv`` (with a compilable epilogue) of plain
+    images (not in blocks of channels) whose tensors all have one float dtype."""
+    if (step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) < 3
+            or conv_ops.channel_block(step)):
         return False
     dtypes = {t.dtype for t in step.inputs + step.outputs}
     if len(dtypes) != 1 or not dtypes <= cudatypes.FLOATS:

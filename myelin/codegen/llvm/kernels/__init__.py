@@ -4,6 +4,7 @@ from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.attention import AttentionKernel
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.conv import ConvKernel
+from myelin.codegen.llvm.kernels.conv_blocked import BlockedConvKernel, channel_block
 from myelin.codegen.llvm.kernels.conv_channels import ConvChannelsKernel
 from myelin.codegen.llvm.kernels.conv_depthwise import DepthwiseConvKernel
 from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
@@ -50,7 +51,8 @@ for _type in ViewKernel.TYPES:
 for _type in PoolKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(PoolKernel())
 for _type in ("Conv", "FusedConv"):
-    _LIBRARY.setdefault(_type, []).extend([ConvChannelsKernel(), ConvGemmKernel(),
+    _LIBRARY.setdefault(_type, []).extend([BlockedConvKernel(), ConvChannelsKernel(),
+                                          ConvGemmKernel(),
                                           DepthwiseConvKernel(), ConvKernel()])
 _LIBRARY.setdefault("ConvTranspose", []).append(ConvTransposeKernel())
 _LIBRARY.setdefault("LRN", []).append(LRNKernel())
@@ -77,4 +79,4 @@ def select(step, target):
     return None
 
 
-__all__ = ["EmitContext", "Kernel", "register", "select"]
+__all__ = ["EmitContext", "Kernel", "channel_block", "register", "select"]

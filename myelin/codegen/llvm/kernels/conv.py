@@ -132,9 +132,12 @@ class OutlinedKernel(Kernel):
 
 
 def supported_floats(step):
+    """True if ``step``'s tensors all have one float dtype and its images are plain (not in
+    blocks of channels: :mod:`conv_blocked` computes those)."""
     tensors = step.inputs + step.outputs
     return (all(t.dtype == tensors[0].dtype for t in tensors)
-            and tensors[0].dtype in ("float32", "float64"))
+            and tensors[0].dtype in ("float32", "float64")
+            and not conv_ops.channel_block(step))
 
 
 class ConvKernel(OutlinedKernel):

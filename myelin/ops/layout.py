@@ -1,0 +1,80 @@
+"""The channel-blocked activation layout (NCHW[b]c), as ONNX Runtime's NCHWc and TVM's NCHW8c.
+
+An image ``[N, C, D1, ..., Dk]`` in blocks of ``b`` channels is ``[N, C/b, D1, ..., Dk, b]``:
+the ``b`` channels of one pixel are consecutive, so a kernel reads or writes them as one vector
+(``b`` is the back end's vector width for float32). A convolution or pool whose attribute
+``channel_block`` is ``b`` reads and writes its images this way; its weights are packed once:
+
+* ``group`` 1: ``[M, C, K...]`` becomes ``[M/b, C/b, K..., b (input channel), b (output
+  channel)]``: for one block of input channels at one tap, ``b`` vectors of ``b`` output
+  channels;
+* depthwise (``group`` = C = M, ``[C, 1, K...]``): ``[C/b, 1, K..., b]``.
+
+The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
+element by element, and a per-channel constant is blocked like an image of one pixel. The
+functions here convert shapes and NumPy arrays; :mod:`myelin.optimize.layout` rewrites graphs.
+"""
+
+import numpy as np
+
+
+def blocked_shape(shape, block):
+    """``[N, C, D...]`` as ``[N, C/block, D..., block]``."""
+    batch, channels, *spatial = shape
+    return (batch, channels // block, *spatial, block)
+
+
+def plain_shape(shape):
+    """``[N, C/b, D..., b]`` as ``[N, C, D...]``."""
+    batch, blocks, *spatial, block = shape
+    return (batch, blocks * block, *spatial)
+
+
+def block(array, size):
+    """``array`` ``[N, C, D...]`` in blocks of ``size`` channels."""
+    batch, channels, *spatial = array.shape
+    split = array.reshape(batch, channels // size, size, *spatial)
+    return np.ascontiguousarray(np.moveaxis(split, 2, -1))
+
+
+def unblock(array):
+    """A blocked ``array`` ``[N, C/b, D..., b]`` as ``[N, C, D...]``."""
+    return np.moveaxis(array, -1, 2).reshape(plain_shape(array.shape))
+
+
+def blocked_weight_shape(shape, size, depthwise):
+    """A Conv weight's shape ``[M, C/group, K...]`` packed for ``size`` channels a block."""
+    out_channels, in_channels, *kernel = shape
+    if depthwise:
+        return (out_channels // size, 1, *kernel, size)
+    return (out_channels // size, in_channels // size, *kernel, size, size)
+
+
+def plain_weight_shape(shape, depthwise):
+    """A packed weight's shape as ``[M, C/group, K...]``."""
+    if depthwise:
+        blocks, _, *kernel, size = shape
+        return (blocks * size, 1, *kernel)
+    out_blocks, in_blocks, *kernel, size, _ = shape
+    return (out_blocks * size, in_blocks * size, *kernel)
+
+
+def block_weight(weight, size, depthwise):
+    """A Conv weight ``[M, C/group, K...]`` packed for ``size`` channels a block."""
+    out_channels, in_channels, *kernel = weight.shape
+    rank = len(kernel)
+    if depthwise:
+        split = weight.reshape(out_channels // size, size, 1, *kernel)
+        return np.ascontiguousarray(np.moveaxis(split, 1, -1))
+    split = weight.reshape(out_channels // size, size, in_channels // size, size, *kernel)
+    order = (0, 2, *range(4, 4 + rank), 3, 1)
+    return np.ascontiguousarray(split.transpose(order))
+
+
+def unblock_weight(weight, depthwise):
+    """A packed weight as ``[M, C/group, K...]``."""
+    if depthwise:
+        return np.moveaxis(weight, -1, 1).reshape(plain_weight_shape(weight.shape, True))
+    rank = weight.ndim - 4
+    order = (0, rank + 3, 1, rank + 2, *range(2, 2 + rank))
+    return weight.transpose(order).reshape(plain_weight_shape(weight.shape, False))

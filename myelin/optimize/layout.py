@@ -1,0 +1,206 @@
+"""The channel-blocked layout pass: 2-D convolutions and what follows them in blocks of channels.
+
+Where the back end gives a channel block ``b`` (``Context.channel_block``: its float32 vector
+width), every float32 ``Conv`` of an image ``[N, C, H, W]`` by constant weights with group 1 and
+``C`` and ``M`` multiples of ``b``, or depthwise (one group per channel), becomes a Conv with
+``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its weights
+packed here. The ops that read blocked images follow them where they can (as ONNX Runtime's
+NchwcTransformer and TVM's AlterOpLayout do):
+
+* element-wise ops, their other inputs blocked too (a constant is blocked here; another value by
+  a reorder, or a Reshape where it has one channel), so a residual block stays blocked;
+* ``Concat`` along the channels (of inputs whose channels fill whole blocks);
+* ``GlobalAveragePool`` and ``GlobalMaxPool``, as a ``Mean`` or ``Max`` over the blocked
+  image's spatial axes.
+
+A reorder is a Reshape and a Transpose: into blocks where a plain image meets a blocked op, and
+out of them for every blocked value's plain readers (made for each converted op; dead code
+elimination removes those nobody reads). Images of other ranks, other dtypes and convolutions
+the rule does not take stay as they are.
+"""
+
+import numpy as np
+
+from myelin.ops import layout, registry
+from myelin.ops.conv import channel_block
+from myelin.optimize.cleanup import eliminate_dead_code
+
+_GLOBAL_POOLS = {"GlobalAveragePool": "Mean", "GlobalMaxPool": "Max"}
+_AXIS_ATTRIBUTES = ("axis", "axes", "perm", "shape")
+_SPATIAL = (2, 3)       # a blocked 2-D image's spatial axes
+
+
+def block_channels(flow, ctx):
+    """Rewrite every function of ``flow`` into the channel-blocked layout of
+    ``ctx.channel_block`` (nothing when it is 0); returns True if any op was."""
+    size = getattr(ctx, "channel_block", 0)
+    if not size:
+        return False
+    changed = False
+    for func in flow.funcs.values():
+        if _Rewrite(flow, func, size, ctx).run():
+            func.ops = flow.order(func)
+            changed = True
+    if changed:
+        eliminate_dead_code(flow, ctx)
+    return changed
+
+
+class _Rewrite:
+    """One function's rewrite: ``blocked`` maps each plain image (by id) to its blocked form."""
+
+    def __init__(self, flow, func, size, ctx):
+        self.flow, self.func, self.size, self.ctx = flow, func, size, ctx
+        self.blocked = {}
+
+    def run(self):
+        changed = False
+        for op in self.flow.order(self.func):
+            if op.type == "Conv" and self._convertible_conv(op):
+                self._convert_conv(op)
+            elif op.type in _GLOBAL_POOLS and id(op.inputs[0]) in self.blocked:
+                self._convert_global_pool(op)
+            elif op.type == "Concat" and self._convertible_concat(op):
+                self._convert_concat(op)
+            elif self._convertible_elementwise(op):
+                self._convert_elementwise(op)
+            else:
+                continue
+            changed = True
+        return changed
+
+    # Which ops follow.
+    def _image(self, var):
+        """True if ``var`` is a float32 [N, C, H, W] image whose channels fill blocks."""
+        return (len(var.shape) == 4 and var.dtype == "float32" and var.shape[1] > 0
+                and var.shape[1] % self.size == 0 and all(d > 0 for d in var.shape[1:]))
+
+    def _convertible_conv(self, op):
+        x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
+        if channel_block(op) or not (self._image(x) and self._image(y)) or y.is_input:
+            return False
+        if not w.constant or w.dtype != "float32" or any(not v.constant for v in op.inputs[2:]):
+            return False
+        group = op.attrs.get_int("group", 1)
+        return group == 1 or (group == x.shape[1] == y.shape[1] and w.shape[1] == 1)
+
+    def _convertible_elementwise(self, op):
+        opdef = registry.find(op.type)
+        if (opdef is None or opdef.kind not in (registry.Kind.ELEMWISE, registry.Kind.BROADCAST)
+                or len(op.outputs) != 1 or any(k in op.attrs for k in _AXIS_ATTRIBUTES)):
+            return False
+        out = op.outputs[0]
+        if not self._image(out) or out.is_input:
+            return False
+        if not any(id(v) in self.blocked for v in op.inputs):
+            return False
+        return all(v.dtype == "float32" and self._follows(v, out.shape) for v in op.inputs)
+
+    def _follows(self, var, image):
+        """True if ``var`` can be read in blocks by an element-wise op whose output is
+        ``image``: it is blocked, or broadcasts to the image with all its channels or one."""
+        if id(var) in self.blocked:
+            return True
+        if len(var.shape) > 4 or any(d < 0 for d in var.shape):
+            return False
+        shape = (1,) * (4 - len(var.shape)) + tuple(var.shape)
+        return (all(s in (1, d) for s, d in zip(shape, image))
+                and (shape[1] == 1 or shape[1] == image[1]))
+
+    def _convertible_concat(self, op):
+        *parts, axis = op.inputs
+        out = op.outputs[0]
+        if not axis.constant or not self._image(out) or out.is_input:
+            return False
+        if int(np.asarray(axis.data).reshape(-1)[0]) not in (1, -3):
+            return False
+        return (any(id(v) in self.blocked for v in parts)
+                and all(self._image(v) for v in parts))
+
+    # Rewrites.
+    def _convert_conv(self, op):
+        x, w = op.inputs[0], op.inputs[1]
+        depthwise = op.attrs.get_int("group", 1) > 1
+        packed = self._constant(w.name, layout.block_weight(
+            np.asarray(w.data, np.float32), self.size, depthwise))
+        attrs = dict(op.attrs.items(), channel_block=self.size)
+        inputs = [self._in_blocks(x), packed] + list(op.inputs[2:])
+        self._replace(op, "Conv", inputs, attrs)
+
+    def _convert_global_pool(self, op):
+        attrs = {"axis": list(_SPATIAL), "keepdims": True}
+        self._replace(op, _GLOBAL_POOLS[op.type], [self.blocked[id(op.inputs[0])]], attrs)
+
+    def _convert_concat(self, op):
+        *parts, _ = op.inputs
+        axis = self._constant(f"{op.name}/axis", np.array(1, np.int32))
+        self._replace(op, "Concat", [self._in_blocks(v) for v in parts] + [axis],
+                      dict(op.attrs.items()))
+
+    def _convert_elementwise(self, op):
+        image = op.outputs[0].shape
+        self._replace(op, op.type, [self._operand(v, image) for v in op.inputs],
+                      dict(op.attrs.items()))
+
+    def _replace(self, op, op_type, inputs, attrs):
+        """Replace ``op`` by ``op_type`` on blocked ``inputs``; its plain output is then the
+        blocked one's reorder (for whatever still reads it)."""
+        out = op.outputs[0]
+        result = self.flow.var(self.flow.unique_var_name(f"{out.name}/blocked"), out.dtype,
+                               layout.blocked_shape(out.shape, self.size))
+        self.flow.delete_op(op)
+        self.flow.op(self.flow.unique_op_name(op.name), op_type, self.func, inputs, [result],
+                     attrs)
+        self.blocked[id(out)] = result
+        self._reorder(result, out, op.name)
+        self.ctx.log(f"{op.name}: {op.type} in blocks of {self.size} channels")
+
+    # Values in blocks.
+    def _operand(self, var, image):
+        """``var`` as an element-wise op with output ``image`` reads it in blocks."""
+        if id(var) in self.blocked:
+            return self.blocked[id(var)]
+        shape = (1,) * (4 - len(var.shape)) + tuple(var.shape)
+        if shape[1] == 1:         # every channel alike: the block axis broadcasts too
+            blocked_shape = shape[:1] + (1,) + shape[2:] + (1,)
+            if var.constant:
+                return self._constant(var.name, np.asarray(var.data).reshape(blocked_shape))
+            return self._reshape(var, blocked_shape, f"{var.name}/blocked")
+        if var.constant:
+            return self._constant(var.name, layout.block(
+                np.asarray(var.data).reshape(shape), self.size))
+        return self._in_blocks(var, shape)
+
+    def _in_blocks(self, var, shape=None):
+        """``var`` (an image, or ``shape`` with all channels) reordered into blocks, once."""
+        if id(var) not in self.blocked:
+            shape = tuple(var.shape) if shape is None else shape
+            n, c, h, w = shape
+            split = self._reshape(var, (n, c // self.size, self.size, h, w),
+                                  f"{var.name}/split")
+            self.blocked[id(var)] = self._transpose(split, (0, 1, 3, 4, 2),
+                                                    f"{var.name}/blocked")
+        return self.blocked[id(var)]
+
+    def _reorder(self, blocked, plain, name):
+        """Write ``plain`` from ``blocked``: the inverse of :meth:`_in_blocks`."""
+        n, c, h, w = plain.shape
+        moved = self._transpose(blocked, (0, 1, 4, 2, 3), f"{name}/unblock")
+        self.flow.op(self.flow.unique_op_name(f"{name}/plain"), "Reshape", self.func, [moved],
+                     [plain], {"shape": list(plain.shape)})
+
+    def _transpose(self, var, perm, name):
+        shape = tuple(var.shape[p] for p in perm)
+        out = self.flow.var(self.flow.unique_var_name(name), var.dtype, shape)
+        self.flow.op(self.flow.unique_op_name(name), "Transpose", self.func, [var], [out],
+                     {"perm": list(perm)})
+        return out
+
+    def _reshape(self, var, shape, name):
+        out = self.flow.var(self.flow.unique_var_name(name), var.dtype, shape)
+        self.flow.op(self.flow.unique_op_name(name), "Reshape", self.func, [var], [out],
+                     {"shape": list(shape)})
+        return out
+
+    def _constant(self, name, data):
+        return self.flow.var(self.flow.unique_var_name(f"{name}/blocked"), data=data)

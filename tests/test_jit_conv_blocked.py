@@ -1,0 +1,157 @@
+"""The channel-blocked layout (NCHW[b]c): the layout helpers, the pass that moves convolutions
+and what follows them into it, and the blocked convolution kernels against the float64
+reference (group 1 and depthwise, padding, strides, dilations, odd sizes, fused epilogues)."""
+
+import numpy as np
+import pytest
+
+import myelin
+from jitcheck import PRESETS, run_and_compare
+from myelin import optimize, reference
+from myelin.errors import MyelinError
+from myelin.ops import layout
+
+TOLERANCE = 2e-5
+
+
+def test_layout_round_trips():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16, 5, 7))
+    blocked = layout.block(x, 8)
+    assert blocked.shape == layout.blocked_shape(x.shape, 8) == (2, 2, 5, 7, 8)
+    assert blocked[1, 1, 2, 3, 5] == x[1, 13, 2, 3]
+    np.testing.assert_array_equal(layout.unblock(blocked), x)
+    w = rng.standard_normal((24, 16, 3, 3))
+    packed = layout.block_weight(w, 8, False)
+    assert packed.shape == layout.blocked_weight_shape(w.shape, 8, False) == (3, 2, 3, 3, 8, 8)
+    assert packed[1, 1, 0, 2, 3, 5] == w[13, 11, 0, 2]     # [M/b, C/b, K..., c, m]
+    np.testing.assert_array_equal(layout.unblock_weight(packed, False), w)
+    d = rng.standard_normal((16, 1, 5, 5))
+    packed = layout.block_weight(d, 8, True)
+    assert packed.shape == (2, 1, 5, 5, 8) and packed[1, 0, 2, 1, 3] == d[11, 0, 2, 1]
+    np.testing.assert_array_equal(layout.unblock_weight(packed, True), d)
+
+
+def _conv_net(rng, shape, out_channels, kernel, attrs, depthwise=False, tail="relu"):
+    """x -> Conv (constant weights and bias) -> ``tail`` -> outputs (and a second conv's
+    residual sum, so that element-wise ops and epilogues stay blocked)."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    channels = shape[1]
+    x = f.var("x", "float32", shape)
+    attrs = dict(attrs, group=channels) if depthwise else dict(attrs)
+    w_shape = (channels, 1) + kernel if depthwise else (out_channels, channels) + kernel
+    w = f.const(rng.standard_normal(w_shape).astype(np.float32))
+    bias = f.const(rng.standard_normal(w_shape[0]).astype(np.float32))
+    y = f.op("Conv", [x, w, bias], None, attrs)
+    if tail == "relu":
+        y = f.op("Relu", [y])
+    elif tail == "clip":            # ReLU6 as Clip's bounds, and a per-channel scale
+        y = f.op("Minimum", [f.op("Maximum", [y, f.const(np.float32(0))]),
+                             f.const(np.float32(6))])
+        scale = rng.standard_normal((w_shape[0], 1, 1)).astype(np.float32)
+        y = f.op("Mul", [y, f.const(scale)])
+    m = w_shape[0]
+    w2 = f.const(rng.standard_normal((m, m, 1, 1)).astype(np.float32))
+    z = f.op("Add", [f.op("Conv", [y, w2], None, {}), y])
+    f.op("Identity", [z], "out")
+    f.op("Identity", [f.op("GlobalAveragePool", [z])], "mean")
+    f.op("Identity", [f.op("GlobalMaxPool", [z])], "max")
+    return flow, x
+
+
+# (input shape, output channels, kernel, attributes, depthwise)
+CASES = [
+    ((1, 16, 9, 11), 32, (3, 3), dict(pads=[1, 1, 1, 1]), False),
+    ((1, 16, 9, 11), 32, (3, 3), {}, False),
+    ((2, 16, 9, 11), 24, (3, 3), dict(pads=[1, 2, 0, 1], strides=[2, 2]), False),  # 3 blocks
+    ((1, 8, 7, 7), 40, (3, 3), dict(pads=[1, 1, 1, 1]), False),
+    ((2, 16, 5, 6), 48, (3, 3), dict(pads=[2, 1, 1, 2], dilations=[2, 2]), False),
+    ((1, 16, 13, 10), 16, (5, 3), dict(auto_pad="SAME_UPPER", strides=[2, 3]), False),
+    ((2, 16, 20, 30), 48, (1, 1), {}, False),
+    ((1, 32, 14, 14), 16, (1, 1), dict(strides=[2, 2]), False),
+    ((1, 16, 1, 1), 64, (1, 1), {}, False),                    # a squeeze-excitation product
+    ((1, 24, 14, 14), 24, (3, 3), dict(pads=[1, 1, 1, 1]), True),
+    ((1, 16, 13, 29), 16, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2]), True),
+    ((2, 8, 9, 40), 8, (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2]), True),
+    ((1, 16, 3, 2), 16, (3, 3), dict(pads=[1, 1, 1, 1]), True),  # a row narrower than a tile
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_blocked_conv_matches_reference(case):
+    shape, out_channels, kernel, attrs, depthwise = CASES[case]
+    rng = np.random.default_rng(case)
+    flow, x = _conv_net(rng, shape, out_channels, kernel, attrs, depthwise,
+                        tail="clip" if case % 2 else "relu")
+    net = run_and_compare(flow, {"f": {x: rng.standard_normal(shape).astype(np.float32)}},
+                          TOLERANCE)
+    kernels = [s.kernel.name for s in net.cell("f").steps if s.kernel is not None]
+    assert sum(k.startswith("BlockedConv") for k in kernels) == 2, kernels
+
+
+@pytest.mark.parametrize("features", PRESETS)
+def test_blocked_conv_under_every_preset(features):
+    """Blocks of 8 where the float32 vector has 8 lanes or more; plain images with SSE."""
+    rng = np.random.default_rng(1)
+    flow, x = _conv_net(rng, (1, 16, 9, 11), 24, (3, 3), dict(pads=[1, 1, 1, 1]))
+    net = run_and_compare(flow, {"f": {x: rng.standard_normal((1, 16, 9, 11))
+                                       .astype(np.float32)}}, TOLERANCE, features)
+    blocked = any(s.kernel is not None and s.kernel.name.startswith("BlockedConv")
+                  for s in net.cell("f").steps)
+    assert blocked == (myelin.Compiler(features=features).target.vector_bytes >= 32)
+
+
+def test_blocks_of_16():
+    """Blocks of 16 channels (AVX-512's width) compute the same on any machine."""
+    rng = np.random.default_rng(2)
+    flow, x = _conv_net(rng, (2, 32, 9, 11), 48, (3, 3), dict(pads=[1, 1, 1, 1]))
+    optimize.optimize(flow, channel_block=16)
+    convs = [op for op in flow.ops.values() if op.type in ("Conv", "FusedConv")]
+    assert convs and all(op.attrs.get_int("channel_block") == 16 for op in convs)
+    value = rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
+    run_and_compare(flow, {"f": {x: value}}, TOLERANCE)
+
+
+def test_pass_reorders_only_at_the_edges():
+    rng = np.random.default_rng(3)
+    flow, _ = _conv_net(rng, (1, 16, 9, 11), 32, (3, 3), dict(pads=[1, 1, 1, 1]))
+    optimize.optimize(flow, channel_block=8)
+    types = [op.type for op in flow.ops.values()]
+    # In: one reorder of x. Out: one for the image, one each for the two pooled values.
+    assert types.count("Transpose") == 4, types
+    assert types.count("FusedConv") == 2
+
+
+def test_empty_batch_and_nan():
+    rng = np.random.default_rng(4)
+    flow, x = _conv_net(rng, (0, 16, 5, 5), 16, (3, 3), dict(pads=[1, 1, 1, 1]))
+    net = run_and_compare(flow, {"f": {x: np.zeros((0, 16, 5, 5), np.float32)}}, TOLERANCE)
+    assert net.cell("f").instance() is not None
+    flow, x = _conv_net(rng, (1, 16, 5, 5), 16, (3, 3), dict(pads=[1, 1, 1, 1]),
+                        depthwise=True)
+    value = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    value[0, 3, 2, 2] = np.nan
+    cell = myelin.Compiler().compile(flow).cell("f")
+    data = cell.instance()
+    data[x] = value
+    data.compute()
+    want = reference.run(flow, "f", {x: value})["f/out"]
+    got = np.asarray(data["f/out"])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.allclose(got[~np.isnan(got)], want[~np.isnan(want)], rtol=1e-4, atol=1e-4)
+
+
+def test_bad_blocked_conv_is_a_myelin_error():
+    f = myelin.Builder(myelin.Flow(), "f")
+    x = f.var("x", "float32", (1, 2, 5, 5, 8))
+    with pytest.raises(MyelinError, match="not packed in blocks of 8"):
+        f.op("Conv", [x, f.const(np.zeros((4, 16, 3, 3), np.float32))], None,
+             {"channel_block": 8})
+    with pytest.raises(MyelinError, match="group 1 or one group per channel"):
+        f.op("Conv", [x, f.const(np.zeros((2, 1, 3, 3, 8, 8), np.float32))], None,
+             {"channel_block": 8, "group": 2})
+    x = f.var("x4", "float32", (1, 2, 5, 5, 4))              # blocks of 4, not 8
+    with pytest.raises(MyelinError, match="not an image in blocks of 8"):
+        f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,
+             {"channel_block": 8})
