@@ -90,6 +90,45 @@ def test_blocked_conv_matches_reference(case):
     assert sum(k.startswith("BlockedConv") for k in kernels) == 2, kernels
 
 
+POOLS = [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 2],
+                     dilations=[2, 1])),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 2, 2], ceil_mode=1,
+                         count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 2, 0], ceil_mode=1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOLS)))
+def test_blocked_pools_match_reference(case):
+    """Pools between blocked convolutions stay blocked (a NaN included: MaxPool passes it)."""
+    op_type, attrs = POOLS[case]
+    rng = np.random.default_rng(10 + case)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (2, 16, 13, 22))
+    w = f.const(rng.standard_normal((16, 16, 3, 3)).astype(np.float32))
+    y = f.op(op_type, [f.op("Conv", [x, w], None, dict(pads=[1, 1, 1, 1]))], None, attrs)
+    w2 = f.const(rng.standard_normal((8, 16, 1, 1)).astype(np.float32))
+    f.op("Identity", [f.op("Conv", [y, w2], None, {})], "out")
+    value = rng.standard_normal((2, 16, 13, 22)).astype(np.float32)
+    net = run_and_compare(flow, {"f": {x: value}}, TOLERANCE)
+    kernels = [s.kernel.name for s in net.cell("f").steps if s.kernel is not None]
+    assert "BlockedPool" in kernels, kernels
+    if op_type == "MaxPool":
+        value[0, :, 6, 6] = np.nan
+        data = net.cell("f").instance()
+        data[x] = value
+        data.compute()
+        want = reference.run(flow, "f", {x: value})["f/out"]
+        np.testing.assert_array_equal(np.isnan(np.asarray(data["f/out"])), np.isnan(want))
+
+
 @pytest.mark.parametrize("features", PRESETS)
 def test_blocked_conv_under_every_preset(features):
     """Blocks of 8 where the float32 vector has 8 lanes or more; plain images with SSE."""

@@ -10,6 +10,7 @@ stride)``, the odd padding at the end / beginning) or VALID (no padding).
   ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``;
   and myelin's ``channel_block`` (default 0): when ``b`` > 0, X and Y are images in blocks of
   ``b`` channels and W is packed (group 1 or depthwise only; :mod:`myelin.ops.layout`).
+  MaxPool (without indices) and AveragePool take ``channel_block`` too.
 * ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
   ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
   one at the beginning unless auto_pad is SAME_UPPER).
@@ -463,10 +464,11 @@ register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_refere
                attrs=dict(CONV_ATTRS, output_padding=None, output_shape=None), inputs=(2, 3),
                doc="N-D transposed convolution with groups, as ONNX"))
 register(OpDef("MaxPool", Kind.OPAQUE, _pool_infer, _pool_reference,
-               attrs=dict(_POOL_ATTRS, storage_order=0, indices=False), outputs=None,
+               attrs=dict(_POOL_ATTRS, storage_order=0, indices=False, channel_block=0),
+               outputs=None,
                doc="maximum over sliding windows (and its flat input index), as ONNX"))
 register(OpDef("AveragePool", Kind.OPAQUE, _pool_infer, _pool_reference,
-               attrs=dict(_POOL_ATTRS, count_include_pad=0),
+               attrs=dict(_POOL_ATTRS, count_include_pad=0, channel_block=0),
                doc="mean over sliding windows, as ONNX"))
 register(OpDef("LpPool", Kind.OPAQUE, _pool_infer, _pool_reference,
                attrs=dict(_POOL_ATTRS, p=2.0), doc="p-norm over sliding windows, as ONNX"))

@@ -10,6 +10,7 @@ NchwcTransformer and TVM's AlterOpLayout do):
 * element-wise ops, their other inputs blocked too (a constant is blocked here; another value by
   a reorder, or a Reshape where it has one channel), so a residual block stays blocked;
 * ``Concat`` along the channels (of inputs whose channels fill whole blocks);
+* ``MaxPool`` (without indices) and ``AveragePool``;
 * ``GlobalAveragePool`` and ``GlobalMaxPool``, as a ``Mean`` or ``Max`` over the blocked
   image's spatial axes.
 
@@ -25,6 +26,7 @@ from myelin.ops import layout, registry
 from myelin.ops.conv import channel_block
 from myelin.optimize.cleanup import eliminate_dead_code
 
+_POOLS = ("MaxPool", "AveragePool")
 _GLOBAL_POOLS = {"GlobalAveragePool": "Mean", "GlobalMaxPool": "Max"}
 _AXIS_ATTRIBUTES = ("axis", "axes", "perm", "shape")
 _SPATIAL = (2, 3)       # a blocked 2-D image's spatial axes
@@ -60,6 +62,9 @@ class _Rewrite:
                 self._convert_conv(op)
             elif op.type in _GLOBAL_POOLS and id(op.inputs[0]) in self.blocked:
                 self._convert_global_pool(op)
+            elif op.type in _POOLS and self._convertible_pool(op):
+                self._replace(op, op.type, [self.blocked[id(op.inputs[0])]],
+                              dict(op.attrs.items(), channel_block=self.size))
             elif op.type == "Concat" and self._convertible_concat(op):
                 self._convert_concat(op)
             elif self._convertible_elementwise(op):
@@ -83,6 +88,12 @@ class _Rewrite:
             return False
         group = op.attrs.get_int("group", 1)
         return group == 1 or (group == x.shape[1] == y.shape[1] and w.shape[1] == 1)
+
+    def _convertible_pool(self, op):
+        x, y = op.inputs[0], op.outputs[0]
+        return (id(x) in self.blocked and len(op.outputs) == 1 and self._image(y)
+                and not y.is_input and not op.attrs.get_bool("indices", False)
+                and not channel_block(op))
 
     def _convertible_elementwise(self, op):
         opdef = registry.find(op.type)

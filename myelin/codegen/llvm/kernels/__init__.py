@@ -4,7 +4,8 @@ from myelin.codegen.llvm import elementwise
 from myelin.codegen.llvm.kernels.attention import AttentionKernel
 from myelin.codegen.llvm.kernels.base import EmitContext, Kernel
 from myelin.codegen.llvm.kernels.conv import ConvKernel
-from myelin.codegen.llvm.kernels.conv_blocked import BlockedConvKernel, channel_block
+from myelin.codegen.llvm.kernels.blocked import channel_block
+from myelin.codegen.llvm.kernels.conv_blocked import BlockedConvKernel
 from myelin.codegen.llvm.kernels.conv_channels import ConvChannelsKernel
 from myelin.codegen.llvm.kernels.conv_depthwise import DepthwiseConvKernel
 from myelin.codegen.llvm.kernels.conv_gemm import ConvGemmKernel
@@ -19,6 +20,7 @@ from myelin.codegen.llvm.kernels.movement import (ArgKernel, AssignKernel, Conca
                                                   GatherKernel, ShapeKernel, SliceKernel,
                                                   SplitKernel, TransposeKernel, ViewKernel)
 from myelin.codegen.llvm.kernels.pool import LRNKernel, PoolKernel
+from myelin.codegen.llvm.kernels.pool_blocked import BlockedPoolKernel
 from myelin.codegen.llvm.kernels.reduction import ReductionKernel
 from myelin.codegen.llvm.kernels.resize import ResizeKernel
 from myelin.codegen.llvm.kernels.roi import KERNELS as _ROI_KERNELS
@@ -48,6 +50,8 @@ _LIBRARY = {
 }
 for _type in ViewKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(_VIEW)
+for _type in BlockedPoolKernel.TYPES:
+    _LIBRARY.setdefault(_type, []).append(BlockedPoolKernel())
 for _type in PoolKernel.TYPES:
     _LIBRARY.setdefault(_type, []).append(PoolKernel())
 for _type in ("Conv", "FusedConv"):

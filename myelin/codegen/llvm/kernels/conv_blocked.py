@@ -1,46 +1,37 @@
 """Direct 2-D convolutions of channel-blocked images (NCHW[b]c, :mod:`myelin.ops.layout`).
 
-With the ``b`` channels of a pixel in one vector, a convolution needs no packing: a register
-tile of a few blocks of output channels by a few output pixels along a row (``TILES``, as ONNX
-Runtime's NCHWc kernels) sums, for every block of input channels and kernel tap, each input
-channel of each pixel broadcast over the lanes times the vector of its weights for each block of
-output channels (the packed weight's ``b`` vectors at that tap): ``blocks x pixels`` fused
-multiply-adds per ``blocks`` vector loads and ``pixels`` broadcasts. A depthwise
-convolution's tile is a run of pixels of one block: each tap is one vector load of the input
-and one fused multiply-add per pixel, with the tap's weights loaded once.
+With the ``b`` channels of a pixel in one vector, a convolution needs no packing. With one
+group, a register tile of a few blocks of output channels by a few output pixels (``TILES``,
+as ONNX Runtime's NCHWc kernels) sums, for every block of input channels and kernel tap, each
+input channel of each pixel broadcast over the lanes times the vector of its weights for each
+block of output channels (the packed weight's ``b`` vectors at that tap): ``blocks x pixels``
+fused multiply-adds per ``blocks`` vector loads and ``pixels`` broadcasts. The tiles run over
+the output plane flattened (a tile's pixels may span rows, so small planes fill them too);
+tasks take chunks of tiles for a group of output blocks, in the order that streams fewer bytes
+(:meth:`_GroupedTiles._chunks_outer`). Where the convolution pads, each pixel's taps outside
+the image read a block of zeros.
 
-Tasks take rows (image, block group, output row). The taps of a row that fall in the padding
-are skipped by loop bounds; along the row, the tiles whose taps all lie inside run in a loop,
-and the few tiles at the borders are emitted each, their taps outside the image reading a
-block of zeros. A 1x1 convolution without strides or padding on a small plane treats
-the plane as one row. The bias and the fused epilogue are applied to each vector as it is
-stored.
+A depthwise convolution runs row by row (:class:`~.blocked.RowWalker`): a tile is a run of
+pixels of one block, each tap one vector load of the input and one fused multiply-add per
+pixel, with the tap's weights loaded once. The bias and the fused epilogue are applied to each
+vector as it is stored.
 """
 
 import math
 
-import llvmlite.ir as ir
-
-from myelin.codegen.llvm import irutil, loops, mathlib
+from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
-from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul, tap_range
+from myelin.codegen.llvm.kernels.blocked import RowWalker, filled
+from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 
 # A group-1 tile by channels per block: (blocks of output channels, pixels). Its accumulators,
 # weight vectors and a broadcast fit the registers (16 with AVX2, 32 with AVX-512).
 TILES = {8: (2, 6), 16: (4, 6)}
-DEPTHWISE_PIXELS = 8        # output pixels of a depthwise tile
 CHUNK_TILES = 8             # tiles of a task's unit
 CACHE = 1 << 19             # bytes of a core's cache (L2) that stay while units go by
-
-
-def channel_block(target):
-    """The channels per block of the images convolutions use on ``target``: its float32
-    vector width (8 with AVX2, 16 with AVX-512), or 0 (plain images) below 8."""
-    lanes = loops.lanes(target, "float32")
-    return lanes if lanes >= 8 else 0
 
 
 class BlockedConvKernel(OutlinedKernel):
@@ -63,40 +54,98 @@ class BlockedConvKernel(OutlinedKernel):
         return 2 * step.outputs[0].elements * g.in_channels // g.group * math.prod(g.kernel)
 
     def emit_body(self, ctx, step):
-        _Emitter(ctx, step, self.flops(step)).emit()
-
-
-class _Emitter:
-    """The code of one blocked convolution step."""
-
-    def __init__(self, ctx, step, flops):
-        self.ctx, self.step, self.flops = ctx, step, flops
         conv = fused_ops.conv_part(step)
+        output = _Output(step, conv)
+        if conv_ops.geometry(conv).group > 1:
+            _DepthwiseRows(ctx, step, conv, self.flops(step), output).emit()
+        else:
+            _GroupedTiles(ctx, step, conv, self.flops(step), output).emit()
+
+
+class _Output:
+    """Where a blocked convolution step's vectors go: plus the bias, through the fused
+    epilogue (its extra inputs of the output's shape read at the same place), into Y."""
+
+    def __init__(self, step, conv):
+        self.step, self.y = step, step.outputs[0]
+        self.size = conv_ops.channel_block(step)
+        self.bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        self.epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
+
+    def store(self, ctx, block, offset, values):
+        """Store ``values``, the vectors of consecutive pixels of output block ``block``
+        from element ``offset`` of Y."""
+        b, size = ctx.builder, self.size
+        extras = [(ctx.pointer(e), tuple(e.shape) == tuple(self.y.shape))
+                  for e in self.step.inputs[fused_ops.first_extra(self.step):]
+                  ] if self.epilogue else []
+        term = None
+        if self.bias is not None:
+            term = irutil.load(b, irutil.element_ptr(
+                b, ctx.pointer(self.bias), "float32", ival(mul(b, block, size))), "float32", size)
+        for p, value in enumerate(values):
+            if term is not None:
+                value = b.fadd(value, term)
+            at = ival(add(b, offset, p * size))
+            if self.epilogue is not None:
+                inputs = [irutil.load(b, irutil.element_ptr(b, e, "float32", at), "float32", size)
+                          if whole else irutil.splat(b, irutil.load(b, e, "float32"), size)
+                          for e, whole in extras]
+                value = self.epilogue.apply(b, [value] + inputs)
+            irutil.store(b, value, irutil.element_ptr(b, ctx.pointer(self.y), "float32", at),
+                         "float32")
+
+
+class _DepthwiseRows(RowWalker):
+    """A depthwise convolution, row by row."""
+
+    def __init__(self, ctx, step, conv, work, output):
+        super().__init__(ctx, step, conv, work)
+        self.output = output
+
+    def tile(self, ctx, image, block, row, taps, column, width, checked):
+        b, size = ctx.builder, self.size
+        kh_count, kw_count = self.kernel
+        w = ctx.pointer(self.step.inputs[1])
+        fill = filled(ctx, size, 0.0) if checked else None
+        weights = b.mul(block, irutil.i64(kh_count * kw_count * size))
+        zero = irutil.const(irutil.vector_of(irutil.compute_type("float32"), size), 0)
+        lo, hi = taps
+        with irutil.accumulating_loop(b, lo, hi, [zero] * width, name="kh") as rows:
+            x_row = self.input_row(ctx, image, block, row, rows.index)
+            w_row = b.add(weights, b.mul(rows.index, irutil.i64(kw_count * size)))
+            with irutil.accumulating_loop(b, 0, kw_count, rows.values, name="kw") as loop:
+                weight = irutil.load(b, irutil.element_ptr(
+                    b, w, "float32", b.add(w_row, b.mul(loop.index, irutil.i64(size)))),
+                    "float32", size)
+                pointers = self.tap_pointers(ctx, x_row, column, width, loop.index, fill)
+                loop.set_next([mathlib.fmuladd(b, irutil.load(b, at, "float32", size), weight,
+                                               acc) for at, acc in zip(pointers, loop.values)])
+            rows.set_next(loop.results)
+        self.output.store(ctx, block, self.output_offset(ctx, image, block, row, column),
+                          rows.results)
+
+
+class _GroupedTiles:
+    """A convolution with one group: register tiles over the flattened output plane."""
+
+    def __init__(self, ctx, step, conv, flops, output):
+        self.ctx, self.step, self.flops, self.output = ctx, step, flops, output
         g = self.g = conv_ops.geometry(conv)
         self.size = conv_ops.channel_block(step)
-        self.depthwise = g.group > 1
         self.in_blocks, self.out_blocks = g.in_channels // self.size, g.out_channels // self.size
         (self.height, self.width), (self.out_height, self.out_width) = g.input, g.output
         self.kernel, self.strides = list(g.kernel), list(g.strides)
         self.dilations, self.pads = list(g.dilations), list(g.pads_begin)
         self.checked = any(g.pads_begin + g.pads_end)
         self.plane = self.out_height * self.out_width
-        if self.depthwise:
-            self.blocks, self.pixels = 1, DEPTHWISE_PIXELS
-        else:
-            blocks, self.pixels = TILES.get(self.size, TILES[8])
-            self.blocks = min(blocks, self.out_blocks)
-        self.pixels = min(self.pixels, self.plane)
+        blocks, pixels = TILES.get(self.size, TILES[8])
+        self.blocks, self.pixels = min(blocks, self.out_blocks), min(pixels, self.plane)
         self.groups = -(-self.out_blocks // self.blocks)
         self.tiles = self.plane // self.pixels           # whole tiles; then one of the rest
         self.chunks = max(1, -(-self.tiles // CHUNK_TILES))
-        self.bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        self.epilogue = fused.epilogue(step) if step.type == "FusedConv" else None
 
     def emit(self):
-        if self.depthwise:
-            self._emit_rows()
-            return
         ctx, g = self.ctx, self.g
         units = g.batch * self.groups * self.chunks
         tasks, size = ctx.chunks(units, self.flops)
@@ -129,88 +178,6 @@ class _Emitter:
         chunks_outer = image + (weights if weights <= CACHE else weights * self.chunks)
         return chunks_outer <= groups_outer
 
-    def _emit_rows(self):
-        """A depthwise convolution: tasks take rows (image, block, output row); the tiles of
-        a row whose taps all lie inside the image run unchecked."""
-        ctx, g = self.ctx, self.g
-        units = g.batch * self.out_blocks * self.out_height
-        tasks, size = ctx.chunks(units, self.flops)
-
-        def task(sub, index):
-            b = sub.builder
-            start, stop = task_range(b, index, size, units)
-            with irutil.for_range(b, start, stop, name="unit") as unit:
-                row = b.urem(unit, irutil.i64(self.out_height))
-                rest = b.udiv(unit, irutil.i64(self.out_height))
-                block = b.urem(rest, irutil.i64(self.out_blocks))
-                image = b.udiv(rest, irutil.i64(self.out_blocks))
-                self._row(sub, image, block, row)
-
-        ctx.parallel(f"Conv.{self.step.name}", self.step.inputs + self.step.outputs, tasks, task,
-                     outline=True)
-
-    def _row(self, ctx, image, block, row):
-        """Output row ``row`` of block ``block`` of image ``image`` (depthwise)."""
-        b = ctx.builder
-        kw, (sw, dw, pw) = self.kernel[1], (self.strides[1], self.dilations[1], self.pads[1])
-        taps = tap_range(b, row, self.strides[0], self.pads[0], self.dilations[0],
-                         self.kernel[0], self.height)
-        pixels = min(self.pixels, self.out_width)
-        first = -(-pw // sw)
-        last = (self.width - 1 + pw - (kw - 1) * dw) // sw
-        end = min(self.out_width, last + 1) if last >= 0 else 0
-        count = max(0, end - first) // pixels
-        if count:
-            with irutil.for_range(b, 0, count, name="tile") as t:
-                column = b.add(b.mul(t, irutil.i64(pixels)), irutil.i64(first))
-                self._row_tile(ctx, image, block, row, taps, column, pixels, False)
-        inner_end = first + count * pixels if count else 0
-        columns = list(range(0, first if count else 0)) + list(range(inner_end, self.out_width))
-        while columns:
-            start, width = columns[0], 1
-            while width < pixels and width < len(columns) and columns[width] == start + width:
-                width += 1
-            columns = columns[width:]
-            self._row_tile(ctx, image, block, row, taps, start, width, True)
-
-    def _row_tile(self, ctx, image, block, row, taps, column, width, checked):
-        """Depthwise outputs at ``width`` pixels from ``column`` of ``row``; ``checked``:
-        some of their taps along the row may lie outside the image (they read zeros)."""
-        b, size = ctx.builder, self.size
-        kh_count, kw_count = self.kernel
-        (sh, sw), (dh, dw), (ph, pw) = self.strides, self.dilations, self.pads
-        x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
-        zeros = self._zeros(ctx) if checked else None
-        channel = add(b, mul(b, image, self.in_blocks), block)
-        base = mul(b, channel, self.height * self.width * size)
-        weights = mul(b, block, kh_count * kw_count * size)
-
-        def tap_of(x_row, w_row, k, accs):
-            weight = irutil.load(b, irutil.element_ptr(
-                b, w, "float32", ival(add(b, w_row, mul(b, k, size)))), "float32", size)
-            out = list(accs)
-            for p in range(width):
-                position = add(b, mul(b, add(b, column, p), sw), add(b, -pw, mul(b, k, dw)))
-                at = irutil.element_ptr(b, x, "float32",
-                                        ival(add(b, x_row, mul(b, position, size))))
-                if checked:
-                    inside = b.icmp_unsigned("<", ival(position), irutil.i64(self.width))
-                    at = b.select(inside, at, zeros)
-                out[p] = mathlib.fmuladd(b, irutil.load(b, at, "float32", size), weight, out[p])
-            return out
-
-        zero = irutil.const(irutil.vector_of(irutil.compute_type("float32"), size), 0)
-        lo, hi = taps
-        with irutil.accumulating_loop(b, lo, hi, [zero] * width, name="kh") as rows:
-            ih = add(b, mul(b, row, sh), add(b, -ph, mul(b, rows.index, dh)))
-            x_row = add(b, base, mul(b, ih, self.width * size))
-            w_row = add(b, weights, mul(b, rows.index, kw_count * size))
-            with irutil.accumulating_loop(b, 0, kw_count, rows.values, name="kw") as loop:
-                loop.set_next(tap_of(x_row, w_row, loop.index, loop.values))
-            rows.set_next(loop.results)
-        first = add(b, mul(b, row, self.out_width), column)
-        self._store(ctx, image, block, 1, first, width, rows.results)
-
     def _chunk(self, ctx, image, group, chunk):
         """The tiles of chunk ``chunk`` of the output plane of image ``image``, for the blocks
         of output channels of tile group ``group`` (the last group may have fewer)."""
@@ -241,20 +208,6 @@ class _Emitter:
             with b.if_then(last):
                 self._tile(ctx, image, first_block, blocks, self.tiles * self.pixels, left)
 
-    def _zeros(self, ctx):
-        """The address of a block of zeros: what a tap outside the image reads."""
-        module = ctx.builder.module
-        name = f"myelin_zeros_{self.size}"
-        zeros = module.globals.get(name)
-        if zeros is None:
-            array = ir.ArrayType(ir.FloatType(), self.size)
-            zeros = ir.GlobalVariable(module, array, name)
-            zeros.initializer = ir.Constant(array, None)
-            zeros.global_constant = True
-            zeros.linkage = "internal"
-            zeros.align = 64
-        return ctx.builder.bitcast(zeros, irutil.PTR)
-
     def _tile(self, ctx, image, first_block, blocks, first, width):
         """Outputs of ``blocks`` blocks from ``first_block`` at the ``width`` pixels of the
         output plane from ``first`` (an i64 or int)."""
@@ -263,13 +216,11 @@ class _Emitter:
         (sh, sw), (dh, dw), (ph, pw) = self.strides, self.dilations, self.pads
         vector = irutil.vector_of(irutil.compute_type("float32"), size)
         x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
-        zeros = self._zeros(ctx) if self.checked else None
-        in_blocks = 1 if self.depthwise else self.in_blocks
-        first_in = first_block if self.depthwise else 0
+        zeros = filled(ctx, size, 0.0) if self.checked else None
         # Offsets in elements: an input block plane, an output block's weights, a weight tap.
         plane_in = self.height * self.width * size
-        tap = size if self.depthwise else size * size
-        weight_block = (1 if self.depthwise else self.in_blocks) * kh_count * kw_count * tap
+        tap = size * size
+        weight_block = self.in_blocks * kh_count * kw_count * tap
         # Each pixel's first input row and column (the taps' origin, maybe in the padding).
         origins = []
         for p in range(width):
@@ -295,15 +246,7 @@ class _Emitter:
                 pixels.append(at)
             weights = [add(b, w_tap, add(b, r * weight_block, mul(b, k, tap)))
                        for r in range(blocks)]
-            out = list(accs)
-            if self.depthwise:
-                weight = irutil.load(b, irutil.element_ptr(b, w, "float32", ival(weights[0])),
-                                     "float32", size)
-                for p, at in enumerate(pixels):
-                    out[p] = mathlib.fmuladd(b, irutil.load(b, at, "float32", size), weight,
-                                             out[p])
-                return out
-            with irutil.accumulating_loop(b, 0, size, out, name="c") as channel:
+            with irutil.accumulating_loop(b, 0, size, accs, name="c") as channel:
                 c = channel.index
                 out = list(channel.values)
                 vectors = [irutil.load(b, irutil.element_ptr(
@@ -322,7 +265,7 @@ class _Emitter:
             """``accs`` plus the products of input block ``in_block`` at kernel row ``kh``:
             the taps along the row in a loop (unrolled, LLVM would keep the pixels that one
             tap shares with the next in registers, which spills the accumulators)."""
-            channel = add(b, mul(b, image, self.in_blocks), add(b, first_in, in_block))
+            channel = add(b, mul(b, image, self.in_blocks), in_block)
             base = mul(b, channel, plane_in)
             rows = []
             for row, _ in origins:
@@ -339,38 +282,14 @@ class _Emitter:
             return loop.results
 
         zero = irutil.const(vector, 0)
-        with irutil.accumulating_loop(b, 0, in_blocks, [zero] * (blocks * width),
+        with irutil.accumulating_loop(b, 0, self.in_blocks, [zero] * (blocks * width),
                                       name="cb") as channels:
             with irutil.accumulating_loop(b, 0, kh_count, channels.values, name="kh") as rows:
                 rows.set_next(row_of(channels.index, rows.index, rows.values))
             channels.set_next(rows.results)
-        self._store(ctx, image, first_block, blocks, first, width, channels.results)
-
-    def _store(self, ctx, image, first_block, blocks, first, width, accs):
-        b, size, y = ctx.builder, self.size, self.step.outputs[0]
-        extras = [(ctx.pointer(e), tuple(e.shape) == tuple(y.shape))
-                  for e in self.step.inputs[fused_ops.first_extra(self.step):]
-                  ] if self.epilogue else []
         plane_out = self.plane * size
         for r in range(blocks):
             block = add(b, first_block, r)
-            term = None
-            if self.bias is not None:
-                term = irutil.load(b, irutil.element_ptr(
-                    b, ctx.pointer(self.bias), "float32", ival(mul(b, block, size))),
-                    "float32", size)
-            channel = add(b, mul(b, image, self.out_blocks), block)
-            base = add(b, mul(b, channel, plane_out), mul(b, first, size))
-            for p in range(width):
-                value = accs[r * width + p]
-                if term is not None:
-                    value = b.fadd(value, term)
-                at = ival(add(b, base, p * size))
-                if self.epilogue is not None:
-                    values = [irutil.load(b, irutil.element_ptr(b, e, "float32", at), "float32",
-                                          size) if whole
-                              else irutil.splat(b, irutil.load(b, e, "float32"), size)
-                              for e, whole in extras]
-                    value = self.epilogue.apply(b, [value] + values)
-                irutil.store(b, value, irutil.element_ptr(b, ctx.pointer(y), "float32", at),
-                             "float32")
+            offset = add(b, mul(b, add(b, mul(b, image, self.out_blocks), block), plane_out),
+                         mul(b, first, size))
+            self.output.store(ctx, block, offset, channels.results[r * width:(r + 1) * width])
