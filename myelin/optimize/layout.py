@@ -1,10 +1,10 @@
 """The channel-blocked layout pass: 2-D convolutions and what follows them in blocks of channels.
 
 Where the back end gives a channel block ``b`` (``Context.channel_block``: its float32 vector
-width), every float32 ``Conv`` of an image ``[N, C, H, W]`` by constant weights with group 1 and
-``C`` and ``M`` multiples of ``b``, or depthwise (one group per channel), becomes a Conv with
-``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its weights
-packed here. The ops that read blocked images follow them where they can (as ONNX Runtime's
+width), every float32 ``Conv`` of an image ``[N, C, H, W]`` by constant weights (not learnable
+ones: training would not see the packed copy) with group 1 and ``C`` and ``M`` multiples of
+``b``, or depthwise (one group per channel), becomes a Conv with ``channel_block`` = b over
+images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its weights packed here. The ops that read blocked images follow them where they can (as ONNX Runtime's
 NchwcTransformer and TVM's AlterOpLayout do):
 
 * element-wise ops, their other inputs blocked too (a constant is blocked here; another value by
@@ -84,7 +84,7 @@ class _Rewrite:
         x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
         if channel_block(op) or not (self._image(x) and self._image(y)) or y.is_input:
             return False
-        if not w.constant or w.dtype != "float32" or any(not v.constant for v in op.inputs[2:]):
+        if not self._fixed(w) or w.dtype != "float32":
             return False
         group = op.attrs.get_int("group", 1)
         return group == 1 or (group == x.shape[1] == y.shape[1] and w.shape[1] == 1)
@@ -94,6 +94,11 @@ class _Rewrite:
         return (id(x) in self.blocked and len(op.outputs) == 1 and self._image(y)
                 and not y.is_input and not op.attrs.get_bool("indices", False)
                 and not channel_block(op))
+
+    @staticmethod
+    def _fixed(var):
+        """True if ``var`` is a constant that training does not change: it may be packed."""
+        return var.constant and not var.learnable
 
     def _convertible_elementwise(self, op):
         opdef = registry.find(op.type)
@@ -174,10 +179,10 @@ class _Rewrite:
         shape = (1,) * (4 - len(var.shape)) + tuple(var.shape)
         if shape[1] == 1:         # every channel alike: the block axis broadcasts too
             blocked_shape = shape[:1] + (1,) + shape[2:] + (1,)
-            if var.constant:
+            if self._fixed(var):
                 return self._constant(var.name, np.asarray(var.data).reshape(blocked_shape))
             return self._reshape(var, blocked_shape, f"{var.name}/blocked")
-        if var.constant:
+        if self._fixed(var):
             return self._constant(var.name, layout.block(
                 np.asarray(var.data).reshape(shape), self.size))
         return self._in_blocks(var, shape)

@@ -19,6 +19,8 @@ vector as it is stored.
 
 import math
 
+import llvmlite.ir as ir
+
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
@@ -212,15 +214,7 @@ class _GroupedTiles:
         """Outputs of ``blocks`` blocks from ``first_block`` at the ``width`` pixels of the
         output plane from ``first`` (an i64 or int)."""
         b, size = ctx.builder, self.size
-        kh_count, kw_count = self.kernel
-        (sh, sw), (dh, dw), (ph, pw) = self.strides, self.dilations, self.pads
-        vector = irutil.vector_of(irutil.compute_type("float32"), size)
-        x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
-        zeros = filled(ctx, size, 0.0) if self.checked else None
-        # Offsets in elements: an input block plane, an output block's weights, a weight tap.
-        plane_in = self.height * self.width * size
-        tap = size * size
-        weight_block = self.in_blocks * kh_count * kw_count * tap
+        (sh, sw), (ph, pw) = self.strides, self.pads
         # Each pixel's first input row and column (the taps' origin, maybe in the padding).
         origins = []
         for p in range(width):
@@ -230,6 +224,38 @@ class _GroupedTiles:
                            (b.udiv(pixel, irutil.i64(self.out_width)),
                             b.urem(pixel, irutil.i64(self.out_width))))
             origins.append((add(b, mul(b, row, sh), -ph), add(b, mul(b, column, sw), -pw)))
+        if not self.checked:
+            self._accumulate(ctx, image, first_block, blocks, first, width, origins, None)
+            return
+        zeros = filled(ctx, size, 0.0)
+        if isinstance(first, int):
+            self._accumulate(ctx, image, first_block, blocks, first, width, origins, zeros)
+            return
+        # A tile whose every tap lies inside the image runs without checks.
+        inside = ir.Constant(irutil.I1, 1)
+        for origin, size_in, k, d in zip(zip(*origins), (self.height, self.width),
+                                         self.kernel, self.dilations):
+            room = size_in - (k - 1) * d
+            for o in origin:
+                inside = b.and_(inside, b.icmp_unsigned("<", ival(o), irutil.i64(max(room, 0))))
+        with b.if_else(inside) as (unchecked, checked):
+            with unchecked:
+                self._accumulate(ctx, image, first_block, blocks, first, width, origins, None)
+            with checked:
+                self._accumulate(ctx, image, first_block, blocks, first, width, origins, zeros)
+
+    def _accumulate(self, ctx, image, first_block, blocks, first, width, origins, zeros):
+        """The tile's sums over its taps, stored; ``zeros`` (where not None) is what a tap
+        outside the image reads."""
+        b, size = ctx.builder, self.size
+        kh_count, kw_count = self.kernel
+        dh, dw = self.dilations
+        vector = irutil.vector_of(irutil.compute_type("float32"), size)
+        x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
+        # Offsets in elements: an input block plane, an output block's weights, a weight tap.
+        plane_in = self.height * self.width * size
+        tap = size * size
+        weight_block = self.in_blocks * kh_count * kw_count * tap
 
         def tap_of(rows, w_tap, k, accs):
             """``accs`` plus the products of the tap at ``k`` (an i64) along the rows
@@ -239,7 +265,7 @@ class _GroupedTiles:
                 position = add(b, column, mul(b, k, dw))
                 at = irutil.element_ptr(b, x, "float32",
                                         ival(add(b, x_row, mul(b, position, size))))
-                if self.checked:
+                if zeros is not None:
                     inside = b.and_(row_inside, b.icmp_unsigned("<", ival(position),
                                                                 irutil.i64(self.width)))
                     at = b.select(inside, at, zeros)
@@ -271,7 +297,7 @@ class _GroupedTiles:
             for row, _ in origins:
                 position = add(b, row, mul(b, kh, dh))
                 inside = (b.icmp_unsigned("<", ival(position), irutil.i64(self.height))
-                          if self.checked else None)
+                          if zeros is not None else None)
                 rows.append((add(b, base, mul(b, position, self.width * size)), inside))
             w_tap = add(b, mul(b, first_block, weight_block),
                         mul(b, add(b, mul(b, in_block, kh_count), kh), kw_count * tap))
