@@ -507,7 +507,7 @@ def test_grouped_conv_as_matrix_product(dtype, features, threads, epilogue):
             y = f.relu(y)
         f.identity(y, name="y")
         inputs[f"f{i}"] = values
-    net = run_and_compare(flow, inputs, TOLERANCE[dtype], features, threads=threads)
+    net = run_and_compare(flow, inputs, TOLERANCE[dtype], features, threads=threads, **PLAIN)
     for name in inputs:
         steps = [step for step in net.cell(name).steps if not step.noop]
         assert [step.kernel.name for step in steps] == ["ConvGemm"], name

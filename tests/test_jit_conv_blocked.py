@@ -1,6 +1,7 @@
 """The channel-blocked layout (NCHW[b]c): the layout helpers, the pass that moves convolutions
 and what follows them into it, and the blocked convolution kernels against the float64
-reference (group 1 and depthwise, padding, strides, dilations, odd sizes, fused epilogues)."""
+reference (group 1, groups of whole blocks and depthwise, padding, strides, dilations, odd
+sizes, fused epilogues)."""
 
 import numpy as np
 import pytest
@@ -40,7 +41,9 @@ def _conv_net(rng, shape, out_channels, kernel, attrs, depthwise=False, tail="re
     channels = shape[1]
     x = f.var("x", "float32", shape)
     attrs = dict(attrs, group=channels) if depthwise else dict(attrs)
-    w_shape = (channels, 1) + kernel if depthwise else (out_channels, channels) + kernel
+    group = attrs.get("group", 1)
+    w_shape = ((channels, 1) + kernel if depthwise
+               else (out_channels, channels // group) + kernel)
     w = f.const(rng.standard_normal(w_shape).astype(np.float32))
     bias = f.const(rng.standard_normal(w_shape[0]).astype(np.float32))
     y = f.op("Conv", [x, w, bias], None, attrs)
@@ -71,6 +74,9 @@ CASES = [
     ((2, 16, 20, 30), 48, (1, 1), {}, False),
     ((1, 32, 14, 14), 16, (1, 1), dict(strides=[2, 2]), False),
     ((1, 16, 1, 1), 64, (1, 1), {}, False),                    # a squeeze-excitation product
+    ((1, 32, 9, 11), 48, (3, 3), dict(group=2, pads=[1, 1, 1, 1]), False),  # 3 blocks a group
+    ((2, 64, 7, 10), 64, (3, 3), dict(group=4, strides=[2, 2], pads=[1, 1, 1, 1]), False),
+    ((1, 48, 6, 6), 96, (1, 1), dict(group=6), False),       # 1 input, 2 output blocks a group
     ((1, 24, 14, 14), 24, (3, 3), dict(pads=[1, 1, 1, 1]), True),
     ((1, 16, 13, 29), 16, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2]), True),
     ((2, 8, 9, 40), 8, (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2]), True),
@@ -187,9 +193,9 @@ def test_bad_blocked_conv_is_a_myelin_error():
     with pytest.raises(MyelinError, match="not packed in blocks of 8"):
         f.op("Conv", [x, f.const(np.zeros((4, 16, 3, 3), np.float32))], None,
              {"channel_block": 8})
-    with pytest.raises(MyelinError, match="group 1 or one group per channel"):
+    with pytest.raises(MyelinError, match="groups of whole blocks of 8 channels"):
         f.op("Conv", [x, f.const(np.zeros((2, 1, 3, 3, 8, 8), np.float32))], None,
-             {"channel_block": 8, "group": 2})
+             {"channel_block": 8, "group": 4})
     x = f.var("x4", "float32", (1, 2, 5, 5, 4))              # blocks of 4, not 8
     with pytest.raises(MyelinError, match="not an image in blocks of 8"):
         f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,

@@ -9,7 +9,7 @@ stride)``, the odd padding at the end / beginning) or VALID (no padding).
 * ``Conv(X, W[, B])``: ``W`` is ``[M, C / group, K1, ..., Kk]``, ``B`` is ``[M]``; attributes
   ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``;
   and myelin's ``channel_block`` (default 0): when ``b`` > 0, X and Y are images in blocks of
-  ``b`` channels and W is packed (group 1 or depthwise only; :mod:`myelin.ops.layout`).
+  ``b`` channels and W is packed (depthwise, or groups of whole blocks; :mod:`myelin.ops.layout`).
   MaxPool (without indices) and AveragePool take ``channel_block`` too.
 * ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
   ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
@@ -126,16 +126,21 @@ def _weight_shape(op, channels, rank):
     if not block:
         return tuple(w.shape)
     group = op.attrs.get_int("group", 1)
-    if op.type != "Conv" or group not in (1, channels):
-        raise error(op, f"a channel-blocked {op.type} needs group 1 or one group per channel, "
-                        f"not group={group}")
-    depthwise = group > 1
+    depthwise = layout.depthwise(group, channels)
+    if op.type != "Conv" or not (depthwise or channels % group == 0
+                                 and channels // group % block == 0):
+        raise error(op, f"a channel-blocked {op.type} needs one group per channel or groups of "
+                        f"whole blocks of {block} channels, not group={group}")
     blocks = w.shape[-1:] if depthwise else w.shape[-2:]
     if (len(w.shape) != rank + (3 if depthwise else 4) or any(d != block for d in blocks)
             or (depthwise and w.shape[1] != 1)):
         raise error(op, f"weight {w.name} of shape {list(w.shape)} is not packed in blocks of "
                         f"{block} channels (see myelin.ops.layout)")
-    return layout.plain_weight_shape(w.shape, depthwise)
+    shape = layout.plain_weight_shape(w.shape, depthwise)
+    if not depthwise and (shape[0] % group or shape[0] // group % block):
+        raise error(op, f"weight {w.name} of shape {list(w.shape)} has groups of output "
+                        f"channels that are not whole blocks of {block}")
+    return shape
 
 
 def _same_pads(auto_pad, total):
@@ -315,7 +320,8 @@ def _blocked_reference(reference):
         inputs = list(inputs)
         inputs[0] = layout.unblock(inputs[0])
         if len(inputs) > 1 and op.type == "Conv":
-            inputs[1] = layout.unblock_weight(inputs[1], op.attrs.get_int("group", 1) > 1)
+            inputs[1] = layout.unblock_weight(inputs[1], layout.depthwise(
+                op.attrs.get_int("group", 1), inputs[0].shape[1]))
         return [layout.block(y, block) for y in reference(op, inputs)]
     return run
 

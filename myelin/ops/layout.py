@@ -7,8 +7,9 @@ the ``b`` channels of one pixel are consecutive, so a kernel reads or writes the
 
 * ``group`` 1: ``[M, C, K...]`` becomes ``[M/b, C/b, K..., b (input channel), b (output
   channel)]``: for one block of input channels at one tap, ``b`` vectors of ``b`` output
-  channels;
-* depthwise (``group`` = C = M, ``[C, 1, K...]``): ``[C/b, 1, K..., b]``.
+  channels; groups of whole blocks (C/group and M/group multiples of ``b``) the same with
+  C/group input channels;
+* depthwise (``group`` = C = M, ``[C, 1, K...]``, :func:`depthwise`): ``[C/b, 1, K..., b]``.
 
 The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
 element by element, and a per-channel constant is blocked like an image of one pixel. The
@@ -40,6 +41,12 @@ def block(array, size):
 def unblock(array):
     """A blocked ``array`` ``[N, C/b, D..., b]`` as ``[N, C, D...]``."""
     return np.moveaxis(array, -1, 2).reshape(plain_shape(array.shape))
+
+
+def depthwise(group, channels):
+    """Whether a Conv of ``channels`` input channels in ``group`` groups is depthwise (its
+    weights packed as such): one group per channel."""
+    return 1 < group == channels
 
 
 def blocked_weight_shape(shape, size, depthwise):

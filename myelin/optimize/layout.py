@@ -2,10 +2,11 @@
 
 Where the back end gives a channel block ``b`` (``Context.channel_block``: its float32 vector
 width), every float32 ``Conv`` of an image ``[N, C, H, W]`` by constant weights (not learnable
-ones: training would not see the packed copy) with group 1 and ``C`` and ``M`` multiples of
-``b``, or depthwise (one group per channel), becomes a Conv with ``channel_block`` = b over
-images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its weights packed here. The ops that read blocked images follow them where they can (as ONNX Runtime's
-NchwcTransformer and TVM's AlterOpLayout do):
+ones: training would not see the packed copy) whose groups' input and output channels are
+multiples of ``b`` (group 1 among them), or depthwise (one group per channel), becomes a Conv
+with ``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its
+weights packed here. The ops that read blocked images follow them where they can (as ONNX
+Runtime's NchwcTransformer and TVM's AlterOpLayout do):
 
 * element-wise ops, their other inputs blocked too (a constant is blocked here; another value by
   a reorder, or a Reshape where it has one channel), so a residual block stays blocked;
@@ -87,7 +88,9 @@ class _Rewrite:
         if not self._fixed(w) or w.dtype != "float32":
             return False
         group = op.attrs.get_int("group", 1)
-        return group == 1 or (group == x.shape[1] == y.shape[1] and w.shape[1] == 1)
+        if layout.depthwise(group, x.shape[1]):
+            return group == y.shape[1] and w.shape[1] == 1
+        return (x.shape[1] // group) % self.size == 0 and (y.shape[1] // group) % self.size == 0
 
     def _convertible_pool(self, op):
         x, y = op.inputs[0], op.outputs[0]
@@ -136,7 +139,7 @@ class _Rewrite:
     # Rewrites.
     def _convert_conv(self, op):
         x, w = op.inputs[0], op.inputs[1]
-        depthwise = op.attrs.get_int("group", 1) > 1
+        depthwise = layout.depthwise(op.attrs.get_int("group", 1), x.shape[1])
         packed = self._constant(w.name, layout.block_weight(
             np.asarray(w.data, np.float32), self.size, depthwise))
         attrs = dict(op.attrs.items(), channel_block=self.size)

@@ -1,15 +1,16 @@
 """Direct 2-D convolutions of channel-blocked images (NCHW[b]c, :mod:`myelin.ops.layout`).
 
-With the ``b`` channels of a pixel in one vector, a convolution needs no packing. With one
-group, a register tile of a few blocks of output channels by a few output pixels (``TILES``,
-as ONNX Runtime's NCHWc kernels) sums, for every block of input channels and kernel tap, each
-input channel of each pixel broadcast over the lanes times the vector of its weights for each
-block of output channels (the packed weight's ``b`` vectors at that tap): ``blocks x pixels``
-fused multiply-adds per ``blocks`` vector loads and ``pixels`` broadcasts. The tiles run over
-the output plane flattened (a tile's pixels may span rows, so small planes fill them too);
-tasks take chunks of tiles for a group of output blocks, in the order that streams fewer bytes
-(:meth:`_GroupedTiles._chunks_outer`). Where the convolution pads, each pixel's taps outside
-the image read a block of zeros.
+With the ``b`` channels of a pixel in one vector, a convolution needs no packing. With groups
+of whole blocks (one group among them), a register tile of a few blocks of output channels by
+a few output pixels (``TILES``, as ONNX Runtime's NCHWc kernels) sums, for every block of
+input channels of their group and kernel tap, each input channel of each pixel broadcast over
+the lanes times the vector of its weights for each block of output channels (the packed
+weight's ``b`` vectors at that tap): ``blocks x pixels`` fused multiply-adds per ``blocks``
+vector loads and ``pixels`` broadcasts. The tiles run over the output plane flattened (a
+tile's pixels may span rows, so small planes fill them too); tasks take chunks of tiles for a
+band of output blocks, in the order that streams fewer bytes
+(:meth:`_PlaneTiles._chunks_outer`). Where the convolution pads, a tile with taps outside the
+image reads a block of zeros for them.
 
 A depthwise convolution runs row by row (:class:`~.blocked.RowWalker`): a tile is a run of
 pixels of one block, each tap one vector load of the input and one fused multiply-add per
@@ -28,8 +29,9 @@ from myelin.codegen.llvm.kernels.blocked import RowWalker, filled
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
+from myelin.ops import layout
 
-# A group-1 tile by channels per block: (blocks of output channels, pixels). Its accumulators,
+# A tile by channels per block: (blocks of output channels, pixels). Its accumulators,
 # weight vectors and a broadcast fit the registers (16 with AVX2, 32 with AVX-512).
 TILES = {8: (2, 6), 16: (4, 6)}
 CHUNK_TILES = 8             # tiles of a task's unit
@@ -38,7 +40,7 @@ CACHE = 1 << 19             # bytes of a core's cache (L2) that stay while units
 
 class BlockedConvKernel(OutlinedKernel):
     """``Conv`` and ``FusedConv`` on float32 2-D images in blocks of channels (the op's
-    ``channel_block``), with group 1 or depthwise."""
+    ``channel_block``): depthwise, or with groups of whole blocks."""
 
     name = "BlockedConv"
     shares_code = True
@@ -58,10 +60,11 @@ class BlockedConvKernel(OutlinedKernel):
     def emit_body(self, ctx, step):
         conv = fused_ops.conv_part(step)
         output = _Output(step, conv)
-        if conv_ops.geometry(conv).group > 1:
+        g = conv_ops.geometry(conv)
+        if layout.depthwise(g.group, g.in_channels):
             _DepthwiseRows(ctx, step, conv, self.flops(step), output).emit()
         else:
-            _GroupedTiles(ctx, step, conv, self.flops(step), output).emit()
+            _PlaneTiles(ctx, step, conv, self.flops(step), output).emit()
 
 
 class _Output:
@@ -128,8 +131,9 @@ class _DepthwiseRows(RowWalker):
                           rows.results)
 
 
-class _GroupedTiles:
-    """A convolution with one group: register tiles over the flattened output plane."""
+class _PlaneTiles:
+    """A convolution with groups of whole blocks (one group among them): register tiles over
+    the flattened output plane, each of a band of output blocks of one group."""
 
     def __init__(self, ctx, step, conv, flops, output):
         self.ctx, self.step, self.flops, self.output = ctx, step, flops, output
@@ -141,15 +145,20 @@ class _GroupedTiles:
         self.dilations, self.pads = list(g.dilations), list(g.pads_begin)
         self.checked = any(g.pads_begin + g.pads_end)
         self.plane = self.out_height * self.out_width
+        # Input and output blocks of a group; a band's blocks lie in one group.
+        self.group_in, self.group_out = self.in_blocks // g.group, self.out_blocks // g.group
         blocks, pixels = TILES.get(self.size, TILES[8])
-        self.blocks, self.pixels = min(blocks, self.out_blocks), min(pixels, self.plane)
-        self.groups = -(-self.out_blocks // self.blocks)
+        blocks = min(blocks, self.group_out)
+        while g.group > 1 and self.group_out % blocks:
+            blocks -= 1
+        self.blocks, self.pixels = blocks, min(pixels, self.plane)
+        self.bands = -(-self.out_blocks // self.blocks)
         self.tiles = self.plane // self.pixels           # whole tiles; then one of the rest
         self.chunks = max(1, -(-self.tiles // CHUNK_TILES))
 
     def emit(self):
         ctx, g = self.ctx, self.g
-        units = g.batch * self.groups * self.chunks
+        units = g.batch * self.bands * self.chunks
         tasks, size = ctx.chunks(units, self.flops)
         chunks_outer = self._chunks_outer()
 
@@ -157,46 +166,46 @@ class _GroupedTiles:
             b = sub.builder
             start, stop = task_range(b, index, size, units)
             with irutil.for_range(b, start, stop, name="unit") as unit:
-                inner, outer = ((self.groups, self.chunks) if chunks_outer
-                                else (self.chunks, self.groups))
+                inner, outer = ((self.bands, self.chunks) if chunks_outer
+                                else (self.chunks, self.bands))
                 first = b.urem(unit, irutil.i64(inner))
                 rest = b.udiv(unit, irutil.i64(inner))
                 second = b.urem(rest, irutil.i64(outer))
                 image = b.udiv(rest, irutil.i64(outer))
-                group, chunk = (first, second) if chunks_outer else (second, first)
-                self._chunk(sub, image, group, chunk)
+                band, chunk = (first, second) if chunks_outer else (second, first)
+                self._chunk(sub, image, band, chunk)
 
         ctx.parallel(f"Conv.{self.step.name}", self.step.inputs + self.step.outputs, tasks, task,
                      outline=True)
 
     def _chunks_outer(self):
-        """Whether an image's units take each chunk of pixels for every group of output
-        blocks in turn (else each group over every chunk): the order that streams fewer
-        bytes from beyond the cache, as one order reads the image once per group unless it
+        """Whether an image's units take each chunk of pixels for every band of output
+        blocks in turn (else each band over every chunk): the order that streams fewer
+        bytes from beyond the cache, as one order reads the image once per band unless it
         fits in the cache, the other the weights once per chunk."""
         image = math.prod(self.step.inputs[0].shape[1:]) * 4
         weights = math.prod(self.step.inputs[1].shape) * 4
-        groups_outer = weights + (image if image <= CACHE else image * self.groups)
+        bands_outer = weights + (image if image <= CACHE else image * self.bands)
         chunks_outer = image + (weights if weights <= CACHE else weights * self.chunks)
-        return chunks_outer <= groups_outer
+        return chunks_outer <= bands_outer
 
-    def _chunk(self, ctx, image, group, chunk):
+    def _chunk(self, ctx, image, band, chunk):
         """The tiles of chunk ``chunk`` of the output plane of image ``image``, for the blocks
-        of output channels of tile group ``group`` (the last group may have fewer)."""
+        of output channels of band ``band`` (the last band may have fewer)."""
         b = ctx.builder
         full, rest = divmod(self.out_blocks, self.blocks)
         if not rest:
-            self._tiles(ctx, image, group, chunk, self.blocks)
+            self._tiles(ctx, image, band, chunk, self.blocks)
             return
-        with b.if_else(b.icmp_unsigned("<", group, irutil.i64(full))) as (whole, part):
+        with b.if_else(b.icmp_unsigned("<", band, irutil.i64(full))) as (whole, part):
             with whole:
-                self._tiles(ctx, image, group, chunk, self.blocks)
+                self._tiles(ctx, image, band, chunk, self.blocks)
             with part:
-                self._tiles(ctx, image, group, chunk, rest)
+                self._tiles(ctx, image, band, chunk, rest)
 
-    def _tiles(self, ctx, image, group, chunk, blocks):
+    def _tiles(self, ctx, image, band, chunk, blocks):
         b = ctx.builder
-        first_block = mul(b, group, self.blocks)
+        first_block = mul(b, band, self.blocks)
         start = b.mul(chunk, irutil.i64(CHUNK_TILES))
         stop = b.add(start, irutil.i64(CHUNK_TILES))
         stop = b.select(b.icmp_signed("<", stop, irutil.i64(self.tiles)), stop,
@@ -255,7 +264,9 @@ class _GroupedTiles:
         # Offsets in elements: an input block plane, an output block's weights, a weight tap.
         plane_in = self.height * self.width * size
         tap = size * size
-        weight_block = self.in_blocks * kh_count * kw_count * tap
+        weight_block = self.group_in * kh_count * kw_count * tap
+        first_in = (mul(b, b.udiv(ival(first_block), irutil.i64(self.group_out)), self.group_in)
+                    if self.group_in < self.in_blocks else 0)
 
         def tap_of(rows, w_tap, k, accs):
             """``accs`` plus the products of the tap at ``k`` (an i64) along the rows
@@ -291,7 +302,7 @@ class _GroupedTiles:
             """``accs`` plus the products of input block ``in_block`` at kernel row ``kh``:
             the taps along the row in a loop (unrolled, LLVM would keep the pixels that one
             tap shares with the next in registers, which spills the accumulators)."""
-            channel = add(b, mul(b, image, self.in_blocks), in_block)
+            channel = add(b, mul(b, image, self.in_blocks), add(b, first_in, in_block))
             base = mul(b, channel, plane_in)
             rows = []
             for row, _ in origins:
@@ -308,7 +319,7 @@ class _GroupedTiles:
             return loop.results
 
         zero = irutil.const(vector, 0)
-        with irutil.accumulating_loop(b, 0, self.in_blocks, [zero] * (blocks * width),
+        with irutil.accumulating_loop(b, 0, self.group_in, [zero] * (blocks * width),
                                       name="cb") as channels:
             with irutil.accumulating_loop(b, 0, kh_count, channels.values, name="kh") as rows:
                 rows.set_next(row_of(channels.index, rows.index, rows.values))
