@@ -98,9 +98,11 @@ def test_steps_of_one_signature_are_emitted_once(weights, emitted):
     assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
 
 
-@pytest.mark.parametrize("channels, size", [(32, 1), (16, 12)])   # ConvChannels, ConvGemm
+@pytest.mark.parametrize("channels, size, kernel", [
+    (32, 1, "ConvChannels"), (16, 12, "ConvGemm"), (16, 12, "BlockedConv")])
 def test_convolutions_of_one_signature_share_code_with_weights_of_their_own(
-        channels, size, emitted):
+        channels, size, kernel, emitted):
+    """(The plain kernels with the channel-blocked layout off.)"""
     rng = np.random.default_rng(5)
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")
@@ -111,10 +113,11 @@ def test_convolutions_of_one_signature_share_code_with_weights_of_their_own(
         kernels.append(w[:, :, 0, 0])
         h = f.relu(f.op("Conv", [h, f.array(f"W{i}", w)], None, {}))
     f.rename(h, "y")
-    network = myelin.Compiler(cache=False, threads=1).compile(flow)
-    assert {step.kernel.name for step in network.cell("f").steps if not step.noop} \
-        == {"ConvChannels" if size == 1 else "ConvGemm"}
-    assert len(emitted) < 3
+    disable = () if kernel == "BlockedConv" else ("block_channels",)
+    network = myelin.Compiler(cache=False, threads=1, disable_passes=disable).compile(flow)
+    convs = [step for step in network.cell("f").steps if step.type in ("Conv", "FusedConv")]
+    assert {step.kernel.name for step in convs} == {kernel}
+    assert len(set(emitted) & {step.name for step in convs}) < 3
     value = rng.standard_normal((1, channels, size, size)).astype(np.float32)
     want = value.astype(np.float64)[0]
     for w in kernels:
