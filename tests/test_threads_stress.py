@@ -14,6 +14,7 @@ holds the pool).
 import threading
 
 import numpy as np
+import pytest
 
 import myelin
 from jitcheck import random_array, relative_error
@@ -52,15 +53,21 @@ def _flow(rng):
     return flow, x
 
 
-def test_parallel_kernels_give_the_same_result_every_time():
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+def test_parallel_kernels_give_the_same_result_every_time(layout):
+    """The plain kernels (the channel-blocked layout off), then the blocked ones."""
     rng = np.random.default_rng()
     flow, x = _flow(rng)
-    cell = myelin.Compiler(threads=4, cache=False).compile(flow).cell("f")
+    disable = ("block_channels",) if layout == "plain" else ()
+    cell = myelin.Compiler(threads=4, cache=False, disable_passes=disable).compile(flow).cell("f")
+    kernels = {step.kernel.name for step in cell.steps if step.kernel is not None}
     assert any(step.type == "FusedConv" for step in cell.steps)
-    assert {step.kernel.name for step in cell.steps if step.type == "Conv"} == {"Conv",
-                                                                                "ConvGemm"}
-    assert any(step.kernel is not None and step.kernel.name == "ConvChannels"
-               for step in cell.steps)
+    if layout == "plain":
+        assert {step.kernel.name for step in cell.steps if step.type == "Conv"} == {"Conv",
+                                                                                    "ConvGemm"}
+        assert "ConvChannels" in kernels
+    else:
+        assert {"BlockedConv", "BlockedPool"} <= kernels
     value = random_array(rng, "float32", x.shape)
     want = reference.run(flow, "f", {x: value})["f/y"]
 

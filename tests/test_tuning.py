@@ -34,9 +34,9 @@ def _flow():
                                                                          (256, 200))))
     f = myelin.Builder(flow, "var")
     f.matmul(f.var("a", "float32", [100, 96]), f.var("b", "float32", [96, 130]))
-    f = myelin.Builder(flow, "conv")
-    f.op("Conv", [f.var("x", "float32", [1, 16, 17, 17]),
-                  f.array("w", random_array(rng, "float32", (24, 16, 3, 3)))],
+    f = myelin.Builder(flow, "conv")    # (12 input channels: not in blocks of 8, ConvGemm)
+    f.op("Conv", [f.var("x", "float32", [1, 12, 17, 17]),
+                  f.array("w", random_array(rng, "float32", (24, 12, 3, 3)))],
          name="y", attrs=dict(strides=[1, 1], pads=[1, 1, 1, 1]))
     f = myelin.Builder(flow, "small")
     f.matmul(f.var("a", "float32", [4, 8]), f.var("b", "float32", [8, 8]))
