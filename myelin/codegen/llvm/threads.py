@@ -33,8 +33,11 @@ each shared call: when, after running its own tasks, it waits for the workers mo
 twice its own time per task (plus ``SLACK_NS``), or loses its core for over a quarter of the
 call, the cores are busy with other work, and calls run alone (as with ``threads=1``) for
 ``backoff`` nanoseconds, multiplied by ``BACKOFF_GROWTH`` at each straggler up to
-``MAX_BACKOFF_NS`` and reset once shared calls have run on time for four backoffs. While waiting, the
-caller yields its core after ``YIELD_SPINS`` pauses, so a worker waiting for that core runs.
+``MAX_BACKOFF_NS`` and reset once shared calls have run on time for four backoffs. A call
+that had to wake sleeping workers is not judged: the system takes a while to run them again
+(milliseconds on a virtual machine whose idle cores the hypervisor parks), which, judged, sent
+every call after an idle spell alone. While waiting, the caller yields its core after
+``YIELD_SPINS`` pauses, so a worker waiting for that core runs.
 """
 
 import atexit
@@ -303,6 +306,9 @@ class _Emitter:
             preempted = b.and_(b.icmp_signed(">", b.mul(lost, irutil.i64(4)), wall),
                                b.icmp_signed(">", lost, irutil.i64(SLACK_NS)))
             late = b.or_(late, preempted)
+        # Waking sleeping workers takes the system a while (milliseconds on a virtual machine,
+        # after the caller was idle): that is not other work on the cores.
+        late = b.and_(late, b.not_(sleeping))
         backoff = self.load(b, BACKOFF, "monotonic")
         backoff = b.select(b.icmp_signed("<", backoff, irutil.i64(BACKOFF_NS)),
                            irutil.i64(BACKOFF_NS), backoff)
