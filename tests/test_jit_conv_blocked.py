@@ -196,6 +196,12 @@ def test_bad_blocked_conv_is_a_myelin_error():
     with pytest.raises(MyelinError, match="groups of whole blocks of 8 channels"):
         f.op("Conv", [x, f.const(np.zeros((2, 1, 3, 3, 8, 8), np.float32))], None,
              {"channel_block": 8, "group": 4})
+    with pytest.raises(MyelinError, match="not group=0"):
+        f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,
+             {"channel_block": 8, "group": 0})
+    with pytest.raises(MyelinError, match="channel_block=-8 must be 0 or positive"):
+        f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,
+             {"channel_block": -8})
     x = f.var("x4", "float32", (1, 2, 5, 5, 4))              # blocks of 4, not 8
     with pytest.raises(MyelinError, match="not an image in blocks of 8"):
         f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,

@@ -127,8 +127,8 @@ def _weight_shape(op, channels, rank):
         return tuple(w.shape)
     group = op.attrs.get_int("group", 1)
     depthwise = layout.depthwise(group, channels)
-    if op.type != "Conv" or not (depthwise or channels % group == 0
-                                 and channels // group % block == 0):
+    if op.type != "Conv" or group < 1 or not (depthwise or channels % group == 0
+                                              and channels // group % block == 0):
         raise error(op, f"a channel-blocked {op.type} needs one group per channel or groups of "
                         f"whole blocks of {block} channels, not group={group}")
     blocks = w.shape[-1:] if depthwise else w.shape[-2:]

@@ -8,8 +8,9 @@ with ``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.l
 weights packed here. The ops that read blocked images follow them where they can (as ONNX
 Runtime's NchwcTransformer and TVM's AlterOpLayout do):
 
-* element-wise ops, their other inputs blocked too (a constant is blocked here; another value by
-  a reorder, or a Reshape where it has one channel), so a residual block stays blocked;
+* element-wise ops the back end computes (``Context.fusable``, as fusion asks), their other
+  inputs blocked too (a constant is blocked here; another value by a reorder, or a Reshape
+  where it has one channel), so a residual block stays blocked;
 * ``Concat`` along the channels (of inputs whose channels fill whole blocks);
 * ``MaxPool`` (without indices) and ``AveragePool``;
 * ``GlobalAveragePool`` and ``GlobalMaxPool``, as a ``Mean`` or ``Max`` over the blocked
@@ -36,7 +37,7 @@ _SPATIAL = (2, 3)       # a blocked 2-D image's spatial axes
 def block_channels(flow, ctx):
     """Rewrite every function of ``flow`` into the channel-blocked layout of
     ``ctx.channel_block`` (nothing when it is 0); returns True if any op was."""
-    size = getattr(ctx, "channel_block", 0)
+    size = ctx.channel_block
     if not size:
         return False
     changed = False
@@ -106,7 +107,8 @@ class _Rewrite:
     def _convertible_elementwise(self, op):
         opdef = registry.find(op.type)
         if (opdef is None or opdef.kind not in (registry.Kind.ELEMWISE, registry.Kind.BROADCAST)
-                or len(op.outputs) != 1 or any(k in op.attrs for k in _AXIS_ATTRIBUTES)):
+                or len(op.outputs) != 1 or any(k in op.attrs for k in _AXIS_ATTRIBUTES)
+                or (self.ctx.fusable is not None and not self.ctx.fusable(op.type))):
             return False
         out = op.outputs[0]
         if not self._image(out) or out.is_input:

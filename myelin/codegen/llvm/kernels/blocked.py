@@ -121,9 +121,9 @@ class RowWalker:
         x = ctx.pointer(self.step.inputs[0])
         pointers = []
         for p in range(width):
-            start = b.add(irutil.i64(column), irutil.i64(p)) if isinstance(column, int) else \
-                b.add(column, irutil.i64(p))
-            position = b.add(b.mul(start, irutil.i64(sw)),
+            pixel = (irutil.i64(column + p) if isinstance(column, int)
+                     else b.add(column, irutil.i64(p)))
+            position = b.add(b.mul(pixel, irutil.i64(sw)),
                              b.add(irutil.i64(-pw), b.mul(k, irutil.i64(dw))))
             at = irutil.element_ptr(b, x, "float32",
                                     b.add(x_row, b.mul(position, irutil.i64(size))))
