@@ -9,6 +9,8 @@ outside the image reading a block of a filler value (zero for sums, minus infini
 maxima) instead of the image.
 """
 
+import struct
+
 import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops
@@ -27,9 +29,11 @@ def channel_block(target):
 
 
 def filled(ctx, size, value):
-    """The address of ``size`` float32 ``value``s, a constant of the module."""
+    """The address of ``size`` float32 ``value``s, a constant of the module (one per size
+    and value: its name holds the value's bits)."""
     module = ctx.builder.module
-    name = f"myelin_fill_{size}_{'ninf' if value < 0 else 'zero'}"
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    name = f"myelin_fill_{size}_{bits:08x}"
     block = module.globals.get(name)
     if block is None:
         array = ir.ArrayType(ir.FloatType(), size)
@@ -41,19 +45,27 @@ def filled(ctx, size, value):
     return ctx.builder.bitcast(block, irutil.PTR)
 
 
-class RowWalker:
-    """The rows of a blocked step ``step`` whose output blocks each read their own input
-    block; subclasses compute a tile (:meth:`tile`). ``conv`` is the op whose geometry it
+class BlockedStep:
+    """The code of a blocked 2-D step ``step`` doing ``work`` (flops, for the split over
+    threads) under way in ``ctx``: its block and sizes. ``conv`` is the op whose geometry it
     has (the step itself, or a fused step's convolution)."""
 
     def __init__(self, ctx, step, conv, work):
         self.ctx, self.step, self.work = ctx, step, work
         g = self.g = conv_ops.geometry(conv)
         self.size = conv_ops.channel_block(step)
-        self.blocks = g.out_channels // self.size
         (self.height, self.width), (self.out_height, self.out_width) = g.input, g.output
         self.kernel, self.strides = list(g.kernel), list(g.strides)
         self.dilations, self.pads = list(g.dilations), list(g.pads_begin)
+
+
+class RowWalker(BlockedStep):
+    """The rows of a blocked step whose output blocks each read their own input block;
+    subclasses compute a tile (:meth:`tile`)."""
+
+    def __init__(self, ctx, step, conv, work):
+        super().__init__(ctx, step, conv, work)
+        self.blocks = self.g.out_channels // self.size
         self.pixels = min(ROW_PIXELS, self.out_width)
 
     def emit(self):

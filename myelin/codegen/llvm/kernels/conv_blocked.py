@@ -25,7 +25,7 @@ import llvmlite.ir as ir
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
-from myelin.codegen.llvm.kernels.blocked import RowWalker, filled
+from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, filled
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
@@ -131,18 +131,15 @@ class _DepthwiseRows(RowWalker):
                           rows.results)
 
 
-class _PlaneTiles:
+class _PlaneTiles(BlockedStep):
     """A convolution with groups of whole blocks (one group among them): register tiles over
     the flattened output plane, each of a band of output blocks of one group."""
 
-    def __init__(self, ctx, step, conv, flops, output):
-        self.ctx, self.step, self.flops, self.output = ctx, step, flops, output
-        g = self.g = conv_ops.geometry(conv)
-        self.size = conv_ops.channel_block(step)
+    def __init__(self, ctx, step, conv, work, output):
+        super().__init__(ctx, step, conv, work)
+        self.output = output
+        g = self.g
         self.in_blocks, self.out_blocks = g.in_channels // self.size, g.out_channels // self.size
-        (self.height, self.width), (self.out_height, self.out_width) = g.input, g.output
-        self.kernel, self.strides = list(g.kernel), list(g.strides)
-        self.dilations, self.pads = list(g.dilations), list(g.pads_begin)
         self.checked = any(g.pads_begin + g.pads_end)
         self.plane = self.out_height * self.out_width
         # Input and output blocks of a group; a band's blocks lie in one group.
@@ -159,7 +156,7 @@ class _PlaneTiles:
     def emit(self):
         ctx, g = self.ctx, self.g
         units = g.batch * self.bands * self.chunks
-        tasks, size = ctx.chunks(units, self.flops)
+        tasks, size = ctx.chunks(units, self.work)
         chunks_outer = self._chunks_outer()
 
         def task(sub, index):
