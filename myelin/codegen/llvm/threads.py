@@ -40,8 +40,8 @@ every shared call pays off by a ``REPAY``-th of its time; when the debt passes
 ``threads=1``) for ``backoff`` nanoseconds, multiplied by ``BACKOFF_GROWTH`` at each such
 verdict up to ``MAX_BACKOFF_NS`` and reset once four backoffs have passed without one. A call
 that had to wake sleeping workers is not judged: the system takes a while to run them again
-(milliseconds on a virtual machine whose idle cores the hypervisor parks), which,
-judged, sent every call after an idle spell alone.
+(milliseconds on a virtual machine whose idle cores the hypervisor parks), which, judged, sent
+every call after an idle spell alone.
 
 Spinning threads must not take a core from a thread with work: while waiting, the caller
 yields its core after every ``YIELD_SPINS`` pauses, so a worker waiting for that core runs,
