@@ -31,11 +31,11 @@ Cores busy with other work: a worker the system preempts in the middle of a task
 caller waiting for a whole time slice of the other program (milliseconds, for a task of
 microseconds), and a network makes dozens of parallel calls per compute. So the caller times
 each shared call and counts what it lost: its wait for the workers beyond twice its own time
-per task (plus ``SLACK_NS``), and the time it was off its core. One loss is no proof: a virtual
-machine's host takes its cores away for a moment now and then (on the 2-core VM of the
-benchmarks, with the machine otherwise idle, 0.1-2% of the shared calls' time was lost so, in a
-few bursts; with another program spinning on one core, 2-25%). So the losses are a debt that
-every shared call pays off by a ``REPAY``-th of its time; when the debt passes
+per task (plus ``SLACK_NS``) or the time it was off its core, whichever is longer. One loss is
+no proof: a virtual machine's host takes its cores away for a moment now and then (on the
+2-core VM of the benchmarks, with the machine otherwise idle, 0.1-2% of the shared calls' time
+was lost so, in a few bursts; with another program spinning on one core, 2-25%). So the losses
+are a debt that every shared call pays off by a ``REPAY``-th of its time; when the debt passes
 ``DEBT_LIMIT_NS`` the cores are busy with other work, and calls run alone (as with
 ``threads=1``) for ``backoff`` nanoseconds, multiplied by ``BACKOFF_GROWTH`` at each such
 verdict up to ``MAX_BACKOFF_NS`` and reset once four backoffs have passed without one. A call
@@ -313,7 +313,7 @@ class _Emitter:
         spins.add_incoming(b.add(spins, irutil.i64(1)), b.block)
         b.branch(wait)
         # Done: what the call lost to other work: its wait beyond twice this thread's time
-        # per task, and the time this thread was off its core.
+        # per task, or the time this thread was off its core, whichever is longer.
         b.position_at_end(done)
         end = self.now(b, timespec)
         wall = b.sub(end, start)
@@ -325,7 +325,7 @@ class _Emitter:
         lost = b.select(b.icmp_signed(">", ran, zero), _larger(b, waited, zero), zero)
         if THREAD_CPU_CLOCK is not None:
             off_core = b.sub(wall, b.sub(self.now(b, timespec, THREAD_CPU_CLOCK), start_cpu))
-            lost = b.add(lost, _larger(b, off_core, zero))
+            lost = _larger(b, lost, off_core)        # (time off its core while waiting is both)
         # Waking sleeping workers takes the system a while (milliseconds on a virtual machine,
         # after the caller was idle): that is not other work on the cores.
         lost = b.select(sleeping, zero, lost)
