@@ -51,6 +51,20 @@ def relative_error(actual, expected):
     return diff / norm if norm > 0 else diff
 
 
+def computed(net, flow, inputs_by_func):
+    """Run each function of the compiled ``net`` on its inputs (its tensors poisoned first):
+    (function name, inputs, output, computed value, the reference's value) per output."""
+    for func_name, inputs in inputs_by_func.items():
+        data = net.cell(func_name).instance()
+        poison(data)
+        for var, value in inputs.items():
+            data[var] = value
+        data.compute()
+        for name, want in reference.run(flow, func_name, inputs).items():
+            got = np.asarray(data[name]) if np.ndim(want) else data[name]
+            yield func_name, inputs, name, got, want
+
+
 def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False, **options):
     """Compile ``flow``, run each function with its inputs, compare outputs with the reference.
 
@@ -59,23 +73,14 @@ def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=Fals
     the compiled network.
     """
     net = myelin.Compiler(features=features, **options).compile(flow)
-    for func_name, inputs in inputs_by_func.items():
-        cell = net.cell(func_name)
-        data = cell.instance()
-        poison(data)
-        for var, value in inputs.items():
-            data[var] = value
-        data.compute()
-        expected = reference.run(flow, func_name, inputs)
-        for name, want in expected.items():
-            got = np.asarray(data[name]) if np.ndim(want) else data[name]
-            if exact:
-                np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
-                                              err_msg=f"{func_name}: {name}")
-                continue
-            error = relative_error(got, want)
-            assert error <= tolerance, (f"{func_name}: output {name} relative error {error:.3g} "
-                                        f"> {tolerance:g} [{features}]\n got {got}\n want {want}")
+    for func_name, _, name, got, want in computed(net, flow, inputs_by_func):
+        if exact:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
+                                          err_msg=f"{func_name}: {name}")
+            continue
+        error = relative_error(got, want)
+        assert error <= tolerance, (f"{func_name}: output {name} relative error {error:.3g} "
+                                    f"> {tolerance:g} [{features}]\n got {got}\n want {want}")
     return net
 
 

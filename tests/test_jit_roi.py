@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import myelin
-from jitcheck import PRESETS, poison, run_and_compare
+from jitcheck import PRESETS, computed, poison, run_and_compare
 from myelin import reference
 from myelin.errors import InputError
 from test_ops_roi import random_rois
@@ -54,20 +54,14 @@ def test_roi_align_float32(features):
     each is held to 2e-5 of the samples' magnitudes: the reference computed on |x|."""
     flow, inputs = _roi_flow("float32", _cases(SHAPES[:2]) + _cases(SHAPES[2:], ratios=(0,)))
     net = myelin.Compiler(features=features).compile(flow)
-    for name, feeds in inputs.items():
-        data = net.cell(name).instance()
-        poison(data)
-        for var, value in feeds.items():
-            data[var] = value
-        data.compute()
+    for name, feeds, output, got, want in computed(net, flow, inputs):
         x = next(iter(feeds))
-        scale = reference.run(flow, name, {**feeds, x: np.abs(feeds[x])})
-        for output, want in reference.run(flow, name, feeds).items():
-            error = np.abs(np.asarray(data[output], np.float64) - want)
-            worst = np.argmax(error - 2e-5 * scale[output])
-            assert np.all(error <= 2e-5 * scale[output]), (
-                f"{name}: {output} [{features}] off by {error.flat[worst]:.3g} where the "
-                f"samples' magnitudes sum to {scale[output].flat[worst]:.3g}")
+        scale = reference.run(flow, name, {**feeds, x: np.abs(feeds[x])})[output]
+        error = np.abs(got.astype(np.float64) - want)
+        worst = np.argmax(error - 2e-5 * scale)
+        assert np.all(error <= 2e-5 * scale), (
+            f"{name}: {output} [{features}] off by {error.flat[worst]:.3g} where the "
+            f"samples' magnitudes sum to {scale.flat[worst]:.3g}")
 
 
 def test_roi_align_float64_and_float16():

@@ -7,7 +7,7 @@ import pytest
 import myelin
 from myelin import optimize, reference
 
-from jitcheck import poison, relative_error
+from jitcheck import computed, relative_error
 from randomgraphs import build_flow, random_inputs
 
 FUNCTIONS = 60      # random functions per flow; each test compiles one flow
@@ -34,14 +34,7 @@ def test_compiled_flows_match_the_reference(seed, level):
     flow = build_flow(seed, FUNCTIONS)
     net = myelin.Compiler(opt_level=level).compile(flow)
     inputs = random_inputs(flow, np.random.default_rng())
-    for name, values in inputs.items():
-        data = net.cell(name).instance()
-        poison(data)
-        for key, value in values.items():
-            data[key] = value
-        data.compute()
-        for out, want in reference.run(flow, name, values).items():
-            got = np.asarray(data[out]) if np.ndim(want) else data[out]
-            error = relative_error(got, want)
-            assert error < 2e-5, (f"opt level {level}, {name}: {out} error {error:.2g}\n"
-                                  + str(net.cell(name)))
+    for name, _, out, got, want in computed(net, flow, inputs):
+        error = relative_error(got, want)
+        assert error < 2e-5, (f"opt level {level}, {name}: {out} error {error:.2g}\n"
+                              + str(net.cell(name)))
