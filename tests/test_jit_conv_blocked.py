@@ -77,6 +77,11 @@ CASES = [
     ((1, 32, 9, 11), 48, (3, 3), dict(group=2, pads=[1, 1, 1, 1]), False),  # 3 blocks a group
     ((2, 64, 7, 10), 64, (3, 3), dict(group=4, strides=[2, 2], pads=[1, 1, 1, 1]), False),
     ((1, 48, 6, 6), 96, (1, 1), dict(group=6), False),       # 1 input, 2 output blocks a group
+    # Border regions reading fewer taps: FCN's dilated layers; a border reading none at all.
+    ((1, 16, 16, 16), 24, (3, 3), dict(pads=[4, 4, 4, 4], dilations=[4, 4]), False),
+    ((1, 16, 4, 5), 16, (3, 3), dict(pads=[3, 2, 3, 4]), False),
+    ((1, 16, 12, 12), 16, (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), False),  # ResNet's
+    ((1, 16, 7, 5), 16, (3, 1), dict(pads=[1, 0, 1, 0]), False),  # borders alike but in place
     ((1, 24, 14, 14), 24, (3, 3), dict(pads=[1, 1, 1, 1]), True),
     ((1, 16, 13, 29), 16, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2]), True),
     ((2, 8, 9, 40), 8, (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2]), True),
