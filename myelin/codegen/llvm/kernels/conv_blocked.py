@@ -36,7 +36,9 @@ from myelin.ops import layout
 # weight vectors and a broadcast fit the registers (16 with AVX2, 32 with AVX-512).
 TILES = {8: (2, 6), 16: (4, 6)}
 CHUNK_TILES = 8             # tiles of a task's unit
-CACHE = 1 << 19             # bytes of a core's cache (L2) that stay while units go by
+# Bytes of an operand that stay in a core's cache (half its L2: the other operand's blocks
+# pass through the rest) while units go by.
+CACHE = 1 << 18
 
 
 class BlockedConvKernel(OutlinedKernel):
@@ -210,20 +212,23 @@ class _PlaneTiles(BlockedStep):
         bulk = max(self.regions, key=lambda region: region.count)
         borders = [region for region in self.regions if region is not bulk]
         if not borders:
-            self._region_tiles(ctx, image, bulk, first_block, blocks, chunk, [bulk.left])
+            self._region_tiles(ctx, image, bulk, first_block, blocks, chunk, [bulk.left], True)
             return
         ours = b.and_(b.icmp_unsigned(">=", chunk, irutil.i64(bulk.first_chunk)),
                       b.icmp_unsigned("<", chunk, irutil.i64(bulk.first_chunk + bulk.chunks)))
         with b.if_else(ours) as (inside, border):
             with inside:
-                self._region_tiles(ctx, image, bulk, first_block, blocks, chunk, [bulk.left])
+                self._region_tiles(ctx, image, bulk, first_block, blocks, chunk, [bulk.left],
+                                   True)
             with border:
                 self._region_tiles(ctx, image, _Region.pick(b, borders, chunk), first_block,
                                    blocks, chunk, [region.left for region in borders])
 
-    def _region_tiles(self, ctx, image, region, first_block, blocks, chunk, lefts):
+    def _region_tiles(self, ctx, image, region, first_block, blocks, chunk, lefts,
+                      bulk=False):
         """The tiles of ``region`` in chunk ``chunk``; ``lefts`` are the pixels past its
-        whole tiles that it may have."""
+        whole tiles that it may have. The ``bulk`` region's whole tiles, where nearly all
+        the time goes, run the block's channels unrolled (:meth:`_tile`)."""
         b = ctx.builder
         local = _sub(b, chunk, region.first_chunk)
         start = b.mul(local, irutil.i64(CHUNK_TILES))
@@ -231,7 +236,7 @@ class _PlaneTiles(BlockedStep):
         stop = b.select(b.icmp_signed("<", stop, ival(region.tiles)), stop, ival(region.tiles))
         with irutil.for_range(b, start, stop, name="tile") as t:
             self._tile(ctx, image, region, first_block, blocks,
-                       b.mul(t, irutil.i64(self.pixels)), self.pixels)
+                       b.mul(t, irutil.i64(self.pixels)), self.pixels, unrolled=bulk)
         lefts = sorted(set(lefts) - {0})
         if not lefts:
             return
@@ -245,10 +250,12 @@ class _PlaneTiles(BlockedStep):
                     self._tile(ctx, image, region, first_block, blocks,
                                mul(b, region.tiles, self.pixels), left)
 
-    def _tile(self, ctx, image, region, first_block, blocks, first, width):
+    def _tile(self, ctx, image, region, first_block, blocks, first, width, unrolled=False):
         """Outputs of ``blocks`` blocks from ``first_block`` at the ``width`` pixels of
         ``region`` (a :class:`_Region`, its numbers maybe i64 values) from its pixel
-        ``first`` (an i64 or int)."""
+        ``first`` (an i64 or int). ``unrolled`` unrolls the loop over a block's channels:
+        6-17% faster than a loop of 8 (one layer of 1x1 or 3x3 on one Zen 3 core; a loop
+        unrolled by 2 is not, by 4 twice as slow), for eight times the code."""
         b, size = ctx.builder, self.size
         (sh, sw), (ph, pw) = self.strides, self.pads
         kh_lo, kh_hi, kw_lo, kw_hi = region.kh_lo, region.kh_hi, region.kw_lo, region.kw_hi
@@ -279,9 +286,8 @@ class _PlaneTiles(BlockedStep):
                 zip(rows, origins)]
             weights = [add(b, w_tap, add(b, r * weight_block, mul(b, k, tap)))
                        for r in range(blocks)]
-            with irutil.accumulating_loop(b, 0, size, accs, name="c") as channel:
-                c = channel.index
-                out = list(channel.values)
+            def channel(c, out):
+                out = list(out)
                 vectors = [irutil.load(b, irutil.element_ptr(
                     b, w, "float32", ival(add(b, weights[r], mul(b, c, size)))), "float32",
                     size) for r in range(blocks)]
@@ -291,8 +297,15 @@ class _PlaneTiles(BlockedStep):
                     for r in range(blocks):
                         out[r * width + p] = mathlib.fmuladd(b, vectors[r], value,
                                                              out[r * width + p])
-                channel.set_next(out)
-            return channel.results
+                return out
+
+            if unrolled:
+                for c in range(size):
+                    accs = channel(c, accs)
+                return accs
+            with irutil.accumulating_loop(b, 0, size, accs, name="c") as loop:
+                loop.set_next(channel(loop.index, loop.values))
+            return loop.results
 
         def row_of(in_block, kh, accs):
             """``accs`` plus the products of input block ``in_block`` at the window's kernel
