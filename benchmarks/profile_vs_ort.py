@@ -112,6 +112,7 @@ class _OnnxRuntime:
         with open(trace) as file:
             events = json.load(file)
         os.remove(trace)
+        os.rmdir(os.path.dirname(trace))
         groups = collections.defaultdict(float)
         for event in events:
             if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):
