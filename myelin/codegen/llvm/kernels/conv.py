@@ -45,6 +45,13 @@ def add(b, x, y):
     return b.add(ival(x), ival(y))
 
 
+def sub(b, x, y):
+    """``x - y`` of ints or i64 values."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x - y
+    return b.sub(ival(x), ival(y))
+
+
 def mul(b, x, factor):
     """``x * factor`` for an int ``factor``."""
     if isinstance(x, int):

@@ -27,7 +27,7 @@ from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, filled
-from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul
+from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul, sub
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 from myelin.ops import layout
@@ -230,7 +230,7 @@ class _PlaneTiles(BlockedStep):
         whole tiles that it may have. The ``bulk`` region's whole tiles, where nearly all
         the time goes, run the block's channels unrolled (:meth:`_tile`)."""
         b = ctx.builder
-        local = _sub(b, chunk, region.first_chunk)
+        local = sub(b, chunk, region.first_chunk)
         start = b.mul(local, irutil.i64(CHUNK_TILES))
         stop = b.add(start, irutil.i64(CHUNK_TILES))
         stop = b.select(b.icmp_signed("<", stop, ival(region.tiles)), stop, ival(region.tiles))
@@ -240,7 +240,7 @@ class _PlaneTiles(BlockedStep):
         lefts = sorted(set(lefts) - {0})
         if not lefts:
             return
-        with b.if_then(b.icmp_unsigned("==", local, ival(_sub(b, region.chunks, 1)))):
+        with b.if_then(b.icmp_unsigned("==", local, ival(sub(b, region.chunks, 1)))):
             for left in lefts:
                 if isinstance(region.left, int):
                     self._tile(ctx, image, region, first_block, blocks,
@@ -321,14 +321,14 @@ class _PlaneTiles(BlockedStep):
             w_tap = add(b, w_tap, mul(b, kw_lo, tap))
             if isinstance(kw_hi, int) and isinstance(kw_lo, int) and kw_hi - kw_lo == 1:
                 return tap_of(rows, w_tap, 0, accs)
-            with irutil.accumulating_loop(b, 0, _sub(b, kw_hi, kw_lo), accs, name="kw") as loop:
+            with irutil.accumulating_loop(b, 0, sub(b, kw_hi, kw_lo), accs, name="kw") as loop:
                 loop.set_next(tap_of(rows, w_tap, loop.index, loop.values))
             return loop.results
 
         zero = irutil.const(vector, 0)
         with irutil.accumulating_loop(b, 0, self.group_in, [zero] * (blocks * width),
                                       name="cb") as channels:
-            with irutil.accumulating_loop(b, 0, _sub(b, kh_hi, kh_lo), channels.values,
+            with irutil.accumulating_loop(b, 0, sub(b, kh_hi, kh_lo), channels.values,
                                           name="kh") as rows:
                 rows.set_next(row_of(channels.index, rows.index, rows.values))
             channels.set_next(rows.results)
@@ -406,13 +406,6 @@ def _regions(tiles):
             regions.append(region)
             first += region.chunks
     return regions
-
-
-def _sub(b, x, y):
-    """``x - y`` of ints or i64 values."""
-    if isinstance(x, int) and isinstance(y, int):
-        return x - y
-    return b.sub(ival(x), ival(y))
 
 
 def _classes(outputs, size, kernel, stride, pad, dilation):
