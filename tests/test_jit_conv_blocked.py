@@ -9,6 +9,7 @@ import pytest
 import myelin
 from jitcheck import PRESETS, run_and_compare
 from myelin import optimize, reference
+from myelin.codegen.llvm.kernels import conv_blocked
 from myelin.errors import MyelinError
 from myelin.ops import layout
 
@@ -82,6 +83,7 @@ CASES = [
     ((1, 16, 4, 5), 16, (3, 3), dict(pads=[3, 2, 3, 4]), False),
     ((1, 16, 12, 12), 16, (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), False),  # ResNet's
     ((1, 16, 7, 5), 16, (3, 1), dict(pads=[1, 0, 1, 0]), False),  # borders alike but in place
+    ((1, 40, 9, 11), 24, (3, 3), dict(pads=[1, 1, 1, 1]), False),  # 5 input blocks (sliced)
     ((1, 24, 14, 14), 24, (3, 3), dict(pads=[1, 1, 1, 1]), True),
     ((1, 16, 13, 29), 16, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2]), True),
     ((2, 8, 9, 40), 8, (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2]), True),
@@ -99,6 +101,27 @@ def test_blocked_conv_matches_reference(case):
                           TOLERANCE)
     kernels = [s.kernel.name for s in net.cell("f").steps if s.kernel is not None]
     assert sum(k.startswith("BlockedConv") for k in kernels) == 2, kernels
+
+
+SLICED = [case for case, (_, _, _, _, depthwise) in enumerate(CASES) if not depthwise]
+
+
+@pytest.mark.parametrize("slice_bytes, pass_bytes", [(1, 1), (10000, 1 << 30)])
+@pytest.mark.parametrize("case", SLICED)
+def test_blocked_conv_in_slices(case, slice_bytes, pass_bytes, monkeypatch):
+    """Weights read a slice of input blocks at a time (as large 3x3 layers' are), the
+    partial sums kept in the output between slices: one block a slice and one unit a pass,
+    or slices of several blocks (two of a 3x3 kernel's, the last of 5 shorter) and every
+    unit in one pass."""
+    monkeypatch.setattr(conv_blocked, "SLICE_ABOVE", 0)
+    monkeypatch.setattr(conv_blocked, "SLICE", slice_bytes)
+    monkeypatch.setattr(conv_blocked, "PASS", pass_bytes)
+    shape, out_channels, kernel, attrs, _ = CASES[case]
+    rng = np.random.default_rng(case)
+    flow, x = _conv_net(rng, shape, out_channels, kernel, attrs,
+                        tail="clip" if case % 2 else "relu")
+    run_and_compare(flow, {"f": {x: rng.standard_normal(shape).astype(np.float32)}},
+                    TOLERANCE, cache=False)
 
 
 POOLS = [

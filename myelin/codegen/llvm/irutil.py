@@ -196,6 +196,18 @@ def store_lanes(builder, value, ptr, dtype, count):
         done += piece
 
 
+def prefetch(builder, ptr, locality=3):
+    """Ask the cache for the line at ``ptr`` (to read it soon; ``locality`` 3 into every
+    level, 2 the second-level cache and beyond); never faults, so ``ptr`` may lie past an
+    array."""
+    name = "llvm.prefetch.p0"
+    module = builder.module
+    function = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), name)
+    builder.call(function, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality),
+                            ir.Constant(I32, 1)])
+
+
 def _masked_load(builder, result, arguments):
     """The declaration of ``llvm.masked.load`` for these types."""
     name = f"llvm.masked.load.v{result.count}{_intrinsic_suffix(result.element)}.p0"
