@@ -84,6 +84,11 @@ CASES = [
     ((1, 16, 12, 12), 16, (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), False),  # ResNet's
     ((1, 16, 7, 5), 16, (3, 1), dict(pads=[1, 0, 1, 0]), False),  # borders alike but in place
     ((1, 40, 9, 11), 24, (3, 3), dict(pads=[1, 1, 1, 1]), False),  # 5 input blocks (sliced)
+    # A plain image of a few channels read a channel at a time: ResNet's first layer; one
+    # channel; a 1x1 of five.
+    ((2, 3, 20, 22), 16, (7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2]), False),
+    ((1, 1, 7, 5), 8, (3, 3), {}, False),
+    ((1, 5, 6, 7), 24, (1, 1), {}, False),
     ((1, 24, 14, 14), 24, (3, 3), dict(pads=[1, 1, 1, 1]), True),
     ((1, 16, 13, 29), 16, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2]), True),
     ((2, 8, 9, 40), 8, (3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2]), True),
@@ -234,3 +239,15 @@ def test_bad_blocked_conv_is_a_myelin_error():
     with pytest.raises(MyelinError, match="not an image in blocks of 8"):
         f.op("Conv", [x, f.const(np.zeros((2, 2, 3, 3, 8, 8), np.float32))], None,
              {"channel_block": 8})
+    plain = f.var("plain", "float32", (1, 3, 5, 5, 1))       # three channels, one a block
+    with pytest.raises(MyelinError, match="input_block=1 needs a channel-blocked Conv"):
+        f.op("MaxPool", [plain], None, {"kernel_shape": [2, 2], "input_block": 1})
+    with pytest.raises(MyelinError, match="input_block=1 needs group 1, not group=3"):
+        f.op("Conv", [plain, f.const(np.zeros((3, 1, 3, 3, 1, 8), np.float32))], None,
+             {"channel_block": 8, "input_block": 1, "group": 3})
+    with pytest.raises(MyelinError, match="not packed in blocks of 8"):
+        f.op("Conv", [plain, f.const(np.zeros((1, 3, 3, 3, 8, 8), np.float32))], None,
+             {"channel_block": 8, "input_block": 1})
+    with pytest.raises(MyelinError, match="input_block=-1 must be 0 or positive"):
+        f.op("Conv", [plain, f.const(np.zeros((1, 3, 3, 3, 1, 8), np.float32))], None,
+             {"channel_block": 8, "input_block": -1})

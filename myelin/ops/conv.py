@@ -9,7 +9,9 @@ stride)``, the odd padding at the end / beginning) or VALID (no padding).
 * ``Conv(X, W[, B])``: ``W`` is ``[M, C / group, K1, ..., Kk]``, ``B`` is ``[M]``; attributes
   ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``group`` (default 1), ``auto_pad``;
   and myelin's ``channel_block`` (default 0): when ``b`` > 0, X and Y are images in blocks of
-  ``b`` channels and W is packed (depthwise, or groups of whole blocks; :mod:`myelin.ops.layout`).
+  ``b`` channels and W is packed (depthwise, or groups of whole blocks; :mod:`myelin.ops.layout`);
+  with ``input_block`` 1 as well, X is a plain image read a channel at a time (``[N, C, D...,
+  1]``: a first layer's few colours).
   MaxPool (without indices) and AveragePool take ``channel_block`` too.
 * ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
   ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
@@ -100,15 +102,25 @@ def channel_block(op):
     return op.attrs.get_int("channel_block", 0) or 0
 
 
+def input_block(op):
+    """The channels per block of ``op``'s input image: its attribute ``input_block`` where
+    set (1: a plain image read a channel at a time, :mod:`myelin.ops.layout`), else
+    :func:`channel_block`."""
+    return op.attrs.get_int("input_block", 0) or channel_block(op)
+
+
 def _x_of(op):
     """Input X of ``op``, checked, and its shape as ``[N, C, D...]``."""
     x = op.inputs[0]
-    block = channel_block(op)
-    if block < 0:
-        raise error(op, f"attribute channel_block={block} must be 0 or positive")
-    if block and (len(x.shape) < 4 or x.shape[-1] != block):
+    block, in_block = channel_block(op), input_block(op)
+    for name, value in (("channel_block", block), ("input_block", in_block)):
+        if value < 0:
+            raise error(op, f"attribute {name}={value} must be 0 or positive")
+    if in_block != block and (not block or op.type != "Conv"):
+        raise error(op, f"input_block={in_block} needs a channel-blocked Conv")
+    if block and (len(x.shape) < 4 or x.shape[-1] != in_block):
         raise error(op, f"input {x.name} of shape {list(x.shape)} is not an image in blocks of "
-                        f"{block} channels ([N, C/{block}, spatial..., {block}])")
+                        f"{in_block} channels ([N, C/{in_block}, spatial..., {in_block}])")
     shape = layout.plain_shape(x.shape) if block else tuple(x.shape)
     if len(shape) < 3:
         raise error(op, f"input {x.name} must have rank 3 or more ([N, C, spatial...]), got "
@@ -122,17 +134,20 @@ def _x_of(op):
 def _weight_shape(op, channels, rank):
     """Weight W's shape as ``[M, C/group, K...]`` (unpacked where ``op`` is channel-blocked;
     ``rank`` spatial axes)."""
-    w, block = op.inputs[1], channel_block(op)
+    w, block, in_block = op.inputs[1], channel_block(op), input_block(op)
     if not block:
         return tuple(w.shape)
     group = op.attrs.get_int("group", 1)
+    if in_block != block and group != 1:
+        raise error(op, f"input_block={in_block} needs group 1, not group={group}")
     depthwise = layout.depthwise(group, channels)
     if op.type != "Conv" or group < 1 or not (depthwise or channels % group == 0
-                                              and channels // group % block == 0):
+                                              and channels // group % in_block == 0):
         raise error(op, f"a channel-blocked {op.type} needs one group per channel or groups of "
-                        f"whole blocks of {block} channels, not group={group}")
+                        f"whole blocks of {in_block} channels, not group={group}")
     blocks = w.shape[-1:] if depthwise else w.shape[-2:]
-    if (len(w.shape) != rank + (3 if depthwise else 4) or any(d != block for d in blocks)
+    if (len(w.shape) != rank + (3 if depthwise else 4)
+            or tuple(blocks) != ((block,) if depthwise else (in_block, block))
             or (depthwise and w.shape[1] != 1)):
         raise error(op, f"weight {w.name} of shape {list(w.shape)} is not packed in blocks of "
                         f"{block} channels (see myelin.ops.layout)")
@@ -463,7 +478,7 @@ _POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations":
                "auto_pad": "NOTSET", "ceil_mode": 0}
 
 register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference,
-               attrs=dict(CONV_ATTRS, channel_block=0),
+               attrs=dict(CONV_ATTRS, channel_block=0, input_block=0),
                inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX",
                gradient=_conv_gradient))
 register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,

@@ -11,6 +11,11 @@ the ``b`` channels of one pixel are consecutive, so a kernel reads or writes the
   C/group input channels;
 * depthwise (``group`` = C = M, ``[C, 1, K...]``, :func:`depthwise`): ``[C/b, 1, K..., b]``.
 
+An image whose channels do not fill a block (a network's first layer: three colours) is read
+by a group-1 Conv in blocks of one channel (attribute ``input_block`` 1): ``[N, C, D..., 1]``,
+the plain image as it lies, its weights ``[M/b, C, K..., 1, b]``; the output is in blocks of
+``b``.
+
 The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
 element by element, and a per-channel constant is blocked like an image of one pixel. The
 functions here convert shapes and NumPy arrays; :mod:`myelin.optimize.layout` rewrites graphs.
@@ -49,12 +54,14 @@ def depthwise(group, channels):
     return 1 < group == channels
 
 
-def blocked_weight_shape(shape, size, depthwise):
-    """A Conv weight's shape ``[M, C/group, K...]`` packed for ``size`` channels a block."""
+def blocked_weight_shape(shape, size, depthwise, in_size=None):
+    """A Conv weight's shape ``[M, C/group, K...]`` packed for ``size`` channels a block
+    (``in_size`` of the input's, ``size`` by default)."""
     out_channels, in_channels, *kernel = shape
     if depthwise:
         return (out_channels // size, 1, *kernel, size)
-    return (out_channels // size, in_channels // size, *kernel, size, size)
+    in_size = in_size or size
+    return (out_channels // size, in_channels // in_size, *kernel, in_size, size)
 
 
 def plain_weight_shape(shape, depthwise):
@@ -62,18 +69,20 @@ def plain_weight_shape(shape, depthwise):
     if depthwise:
         blocks, _, *kernel, size = shape
         return (blocks * size, 1, *kernel)
-    out_blocks, in_blocks, *kernel, size, _ = shape
-    return (out_blocks * size, in_blocks * size, *kernel)
+    out_blocks, in_blocks, *kernel, in_size, size = shape
+    return (out_blocks * size, in_blocks * in_size, *kernel)
 
 
-def block_weight(weight, size, depthwise):
-    """A Conv weight ``[M, C/group, K...]`` packed for ``size`` channels a block."""
+def block_weight(weight, size, depthwise, in_size=None):
+    """A Conv weight ``[M, C/group, K...]`` packed for ``size`` channels a block (``in_size``
+    of the input's, ``size`` by default)."""
     out_channels, in_channels, *kernel = weight.shape
     rank = len(kernel)
     if depthwise:
         split = weight.reshape(out_channels // size, size, 1, *kernel)
         return np.ascontiguousarray(np.moveaxis(split, 1, -1))
-    split = weight.reshape(out_channels // size, size, in_channels // size, size, *kernel)
+    in_size = in_size or size
+    split = weight.reshape(out_channels // size, size, in_channels // in_size, in_size, *kernel)
     order = (0, 2, *range(4, 4 + rank), 3, 1)
     return np.ascontiguousarray(split.transpose(order))
 

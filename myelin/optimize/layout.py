@@ -5,8 +5,10 @@ width), every float32 ``Conv`` of an image ``[N, C, H, W]`` by constant weights 
 ones: training would not see the packed copy) whose groups' input and output channels are
 multiples of ``b`` (group 1 among them), or depthwise (one group per channel), becomes a Conv
 with ``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its
-weights packed here. The ops that read blocked images follow them where they can (as ONNX
-Runtime's NchwcTransformer and TVM's AlterOpLayout do):
+weights packed here. A group-1 Conv of fewer than ``b`` input channels (a network's first
+layer, on its colours) reads its plain image a channel at a time (``input_block`` 1: the image
+as ``[N, C, H, W, 1]``, no reorder) and writes blocks. The ops that read blocked images
+follow them where they can (as ONNX Runtime's NchwcTransformer and TVM's AlterOpLayout do):
 
 * element-wise ops the back end computes (``Context.fusable``, as fusion asks), their other
   inputs blocked too (a constant is blocked here; another value by a reorder, or a Reshape
@@ -84,14 +86,22 @@ class _Rewrite:
 
     def _convertible_conv(self, op):
         x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
-        if channel_block(op) or not (self._image(x) and self._image(y)) or y.is_input:
+        if channel_block(op) or not self._image(y) or y.is_input:
             return False
         if not self._fixed(w) or w.dtype != "float32":
             return False
         group = op.attrs.get_int("group", 1)
+        if not self._image(x):
+            return group == 1 and self._few_channels(x)
         if layout.depthwise(group, x.shape[1]):
             return group == y.shape[1] and w.shape[1] == 1
         return (x.shape[1] // group) % self.size == 0 and (y.shape[1] // group) % self.size == 0
+
+    def _few_channels(self, var):
+        """True if ``var`` is a float32 [N, C, H, W] image of fewer than a block's channels
+        (read a channel at a time)."""
+        return (len(var.shape) == 4 and var.dtype == "float32" and 0 < var.shape[1] < self.size
+                and all(d > 0 for d in var.shape[2:]))
 
     def _convertible_pool(self, op):
         x, y = op.inputs[0], op.outputs[0]
@@ -142,11 +152,15 @@ class _Rewrite:
     def _convert_conv(self, op):
         x, w = op.inputs[0], op.inputs[1]
         depthwise = layout.depthwise(op.attrs.get_int("group", 1), x.shape[1])
-        packed = self._constant(w.name, layout.block_weight(
-            np.asarray(w.data, np.float32), self.size, depthwise))
         attrs = dict(op.attrs.items(), channel_block=self.size)
-        inputs = [self._in_blocks(x), packed] + list(op.inputs[2:])
-        self._replace(op, "Conv", inputs, attrs)
+        if self._image(x):
+            in_size, image = self.size, self._in_blocks(x)
+        else:                   # a channel at a time
+            in_size, image = 1, self._reshape(x, tuple(x.shape) + (1,), f"{x.name}/channels")
+            attrs["input_block"] = 1
+        packed = self._constant(w.name, layout.block_weight(
+            np.asarray(w.data, np.float32), self.size, depthwise, in_size))
+        self._replace(op, "Conv", [image, packed] + list(op.inputs[2:]), attrs)
 
     def _convert_global_pool(self, op):
         attrs = {"axis": list(_SPATIAL), "keepdims": True}

@@ -171,7 +171,10 @@ class _PlaneTiles(BlockedStep):
         super().__init__(ctx, step, conv, work)
         self.output = output
         g = self.g
-        self.in_blocks, self.out_blocks = g.in_channels // self.size, g.out_channels // self.size
+        # Channels per input block: the output's, or 1 for a plain image of a few channels.
+        self.in_size = conv_ops.input_block(step)
+        self.in_blocks = g.in_channels // self.in_size
+        self.out_blocks = g.out_channels // self.size
         self.plane = self.out_height * self.out_width
         # Input and output blocks of a group; a band's blocks lie in one group.
         self.group_in, self.group_out = self.in_blocks // g.group, self.out_blocks // g.group
@@ -185,7 +188,7 @@ class _PlaneTiles(BlockedStep):
         self.chunks = sum(region.chunks for region in self.regions)
         # A band's weights per input block; beyond SLICE_ABOVE in all, slices of input blocks.
         taps = math.prod(self.kernel)
-        block_bytes = self.blocks * taps * self.size * self.size * 4
+        block_bytes = self.blocks * taps * self.in_size * self.size * 4
         sliced = taps > 1 and block_bytes * self.group_in > SLICE_ABOVE
         self.slice_blocks = max(1, SLICE // block_bytes) if sliced else self.group_in
         self.slices = -(-self.group_in // self.slice_blocks)
@@ -245,8 +248,8 @@ class _PlaneTiles(BlockedStep):
         """Prefetch chunk ``chunk``'s share of band ``band``'s weights for the slice after
         ``part`` (into the second-level cache: the chunks of a band fetch it all while this
         slice's tiles run, rather than its first tile waiting for it)."""
-        b, size = ctx.builder, self.size
-        per_block = math.prod(self.kernel) * size * size
+        b = ctx.builder
+        per_block = math.prod(self.kernel) * self.in_size * self.size
         lines = -(-self.slice_blocks * per_block * 4 // LINE)
         start = b.udiv(b.mul(chunk, irutil.i64(lines)), irutil.i64(self.chunks))
         stop = b.udiv(b.mul(b.add(chunk, irutil.i64(1)), irutil.i64(lines)),
@@ -348,8 +351,9 @@ class _PlaneTiles(BlockedStep):
         vector = irutil.vector_of(irutil.compute_type("float32"), size)
         x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
         # Offsets in elements: an input block plane, an output block's weights, a weight tap.
-        plane_in = self.height * self.width * size
-        tap = size * size
+        in_size = self.in_size
+        plane_in = self.height * self.width * in_size
+        tap = in_size * size
         weight_block = self.group_in * kh_count * kw_count * tap
         first_in = (mul(b, b.udiv(ival(first_block), irutil.i64(self.group_out)), self.group_in)
                     if self.group_in < self.in_blocks else 0)
@@ -358,7 +362,7 @@ class _PlaneTiles(BlockedStep):
             """``accs`` plus the products of the window's tap ``k`` (an i64 from 0) along the
             rows ``rows`` (each pixel's offset of its input row)."""
             pixels = [irutil.element_ptr(b, x, "float32", ival(add(b, x_row, mul(
-                b, add(b, column, mul(b, k, dw)), size)))) for x_row, (_, column) in
+                b, add(b, column, mul(b, k, dw)), in_size)))) for x_row, (_, column) in
                 zip(rows, origins)]
             weights = [add(b, w_tap, add(b, r * weight_block, mul(b, k, tap)))
                        for r in range(blocks)]
@@ -375,11 +379,11 @@ class _PlaneTiles(BlockedStep):
                                                              out[r * width + p])
                 return out
 
-            if unrolled:
-                for c in range(size):
+            if unrolled or in_size == 1:
+                for c in range(in_size):
                     accs = channel(c, accs)
                 return accs
-            with irutil.accumulating_loop(b, 0, size, accs, name="c") as loop:
+            with irutil.accumulating_loop(b, 0, in_size, accs, name="c") as loop:
                 loop.set_next(channel(loop.index, loop.values))
             return loop.results
 
@@ -390,7 +394,7 @@ class _PlaneTiles(BlockedStep):
             accumulators)."""
             channel = add(b, mul(b, image, self.in_blocks), add(b, first_in, in_block))
             base = mul(b, channel, plane_in)
-            rows = [add(b, base, mul(b, add(b, row, mul(b, kh, dh)), self.width * size))
+            rows = [add(b, base, mul(b, add(b, row, mul(b, kh, dh)), self.width * in_size))
                     for row, _ in origins]
             w_tap = add(b, mul(b, first_block, weight_block), mul(b, add(
                 b, mul(b, in_block, kh_count), add(b, kh, kh_lo)), kw_count * tap))
