@@ -180,15 +180,22 @@ def test_blocked_conv_under_every_preset(features):
     assert blocked == (myelin.Compiler(features=features).target.vector_bytes >= 32)
 
 
-def test_blocks_of_16():
+@pytest.mark.parametrize("shape, out_channels, kernel, attrs, sliced", [
+    ((2, 32, 9, 11), 48, (3, 3), dict(pads=[1, 1, 1, 1]), False),
+    ((1, 48, 9, 11), 32, (3, 3), dict(pads=[1, 1, 1, 1]), True),     # 3 slices of a block
+    ((2, 3, 12, 14), 32, (7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2]), False),  # colours
+])
+def test_blocks_of_16(shape, out_channels, kernel, attrs, sliced, monkeypatch):
     """Blocks of 16 channels (AVX-512's width) compute the same on any machine."""
+    if sliced:
+        monkeypatch.setattr(conv_blocked, "SLICE_ABOVE", 0)
     rng = np.random.default_rng(2)
-    flow, x = _conv_net(rng, (2, 32, 9, 11), 48, (3, 3), dict(pads=[1, 1, 1, 1]))
+    flow, x = _conv_net(rng, shape, out_channels, kernel, attrs)
     optimize.optimize(flow, channel_block=16)
     convs = [op for op in flow.ops.values() if op.type in ("Conv", "FusedConv")]
     assert convs and all(op.attrs.get_int("channel_block") == 16 for op in convs)
-    value = rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
-    run_and_compare(flow, {"f": {x: value}}, TOLERANCE)
+    value = rng.standard_normal(shape).astype(np.float32)
+    run_and_compare(flow, {"f": {x: value}}, TOLERANCE, cache=False)
 
 
 def test_pass_reorders_only_at_the_edges():
