@@ -416,11 +416,17 @@ class _PlaneTiles(BlockedStep):
         if part.first is not True:
             initial = [b.select(part.first, zero, value)
                        for value in self.output.partial_sums(ctx, offsets)]
+        # A block of one channel (a plain image's) sums its many taps apart, then adds them
+        # to the others' (as a product's blocks of k would): one sum of them all in a row
+        # rounded FCN ResNet-50's outputs 1.2e-4 from the exact ones, ONNX Runtime's 7.5e-5.
+        apart = self.in_size == 1
         with irutil.accumulating_loop(b, part.lo, part.hi, initial, name="cb") as channels:
-            with irutil.accumulating_loop(b, 0, sub(b, kh_hi, kh_lo), channels.values,
+            start = [zero] * len(initial) if apart else channels.values
+            with irutil.accumulating_loop(b, 0, sub(b, kh_hi, kh_lo), start,
                                           name="kh") as rows:
                 rows.set_next(row_of(channels.index, rows.index, rows.values))
-            channels.set_next(rows.results)
+            channels.set_next([b.fadd(total, value) for total, value in
+                               zip(channels.values, rows.results)] if apart else rows.results)
 
         def store():
             for r in range(blocks):
