@@ -53,6 +53,8 @@ SLICE_ABOVE = 3 << 15
 SLICE = 1 << 14
 PASS = 1 << 16
 LINE = 64                   # bytes of a cache line
+LONG_SUM = 64               # products of a running sum beyond which a plain image's channels
+                            # are summed apart (:meth:`_PlaneTiles._tile`)
 
 
 class BlockedConvKernel(OutlinedKernel):
@@ -416,10 +418,11 @@ class _PlaneTiles(BlockedStep):
         if part.first is not True:
             initial = [b.select(part.first, zero, value)
                        for value in self.output.partial_sums(ctx, offsets)]
-        # A block of one channel (a plain image's) sums its many taps apart, then adds them
-        # to the others' (as a product's blocks of k would): one sum of them all in a row
-        # rounded FCN ResNet-50's outputs 1.2e-4 from the exact ones, ONNX Runtime's 7.5e-5.
-        apart = self.in_size == 1
+        # Blocks of one channel (a plain image's) with many taps sum each apart, then add it
+        # to the others' (as a product's blocks of k would): one running sum of a 7x7 stem's
+        # 147 products put FCN ResNet-50's outputs 1.2e-4 from the exact ones (ONNX Runtime's
+        # 7.5e-5). Short sums (a 3x3 stem's 27) do not: apart they took 4-7% longer.
+        apart = self.in_size == 1 and self.group_in * kh_count * kw_count > LONG_SUM
         with irutil.accumulating_loop(b, part.lo, part.hi, initial, name="cb") as channels:
             start = [zero] * len(initial) if apart else channels.values
             with irutil.accumulating_loop(b, 0, sub(b, kh_hi, kh_lo), start,
