@@ -28,6 +28,11 @@ def test_layout_round_trips():
     assert packed.shape == layout.blocked_weight_shape(w.shape, 8, False) == (3, 2, 3, 3, 8, 8)
     assert packed[1, 1, 0, 2, 3, 5] == w[13, 11, 0, 2]     # [M/b, C/b, K..., c, m]
     np.testing.assert_array_equal(layout.unblock_weight(packed, False), w)
+    colours = rng.standard_normal((16, 3, 7, 7))          # a plain image's, a channel a block
+    packed = layout.block_weight(colours, 8, False, in_size=1)
+    assert packed.shape == layout.blocked_weight_shape(colours.shape, 8, False, 1)
+    assert packed.shape == (2, 3, 7, 7, 1, 8) and packed[1, 2, 4, 6, 0, 5] == colours[13, 2, 4, 6]
+    np.testing.assert_array_equal(layout.unblock_weight(packed, False), colours)
     d = rng.standard_normal((16, 1, 5, 5))
     packed = layout.block_weight(d, 8, True)
     assert packed.shape == (2, 1, 5, 5, 8) and packed[1, 0, 2, 1, 3] == d[11, 0, 2, 1]

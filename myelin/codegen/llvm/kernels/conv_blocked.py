@@ -188,9 +188,11 @@ class _PlaneTiles(BlockedStep):
         self.bands = -(-self.out_blocks // self.blocks)
         self.regions = _regions(self)
         self.chunks = sum(region.chunks for region in self.regions)
-        # A band's weights per input block; beyond SLICE_ABOVE in all, slices of input blocks.
+        # The weights of an output block for an input block (elements); a band's beyond
+        # SLICE_ABOVE bytes in all are read in slices of input blocks.
         taps = math.prod(self.kernel)
-        block_bytes = self.blocks * taps * self.in_size * self.size * 4
+        self.block_weights = taps * self.in_size * self.size
+        block_bytes = self.blocks * self.block_weights * 4
         sliced = taps > 1 and block_bytes * self.group_in > SLICE_ABOVE
         self.slice_blocks = max(1, SLICE // block_bytes) if sliced else self.group_in
         self.slices = -(-self.group_in // self.slice_blocks)
@@ -250,8 +252,7 @@ class _PlaneTiles(BlockedStep):
         """Prefetch chunk ``chunk``'s share of band ``band``'s weights for the slice after
         ``part`` (into the second-level cache: the chunks of a band fetch it all while this
         slice's tiles run, rather than its first tile waiting for it)."""
-        b = ctx.builder
-        per_block = math.prod(self.kernel) * self.in_size * self.size
+        b, per_block = ctx.builder, self.block_weights
         lines = -(-self.slice_blocks * per_block * 4 // LINE)
         start = b.udiv(b.mul(chunk, irutil.i64(lines)), irutil.i64(self.chunks))
         stop = b.udiv(b.mul(b.add(chunk, irutil.i64(1)), irutil.i64(lines)),
@@ -356,7 +357,7 @@ class _PlaneTiles(BlockedStep):
         in_size = self.in_size
         plane_in = self.height * self.width * in_size
         tap = in_size * size
-        weight_block = self.group_in * kh_count * kw_count * tap
+        weight_block = self.group_in * self.block_weights
         first_in = (mul(b, b.udiv(ival(first_block), irutil.i64(self.group_out)), self.group_in)
                     if self.group_in < self.in_blocks else 0)
 
