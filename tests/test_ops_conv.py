@@ -33,7 +33,7 @@ def test_registry_entries():
         assert opdef.doc and opdef.kind == ops.Kind.OPAQUE
     assert ops.lookup("Conv").attrs == {"kernel_shape": None, "strides": None, "pads": None,
                                         "dilations": None, "group": 1, "auto_pad": "NOTSET",
-                                        "channel_block": 0, "input_block": 0}
+                                        "channel_block": 0, "input_block": 0, "winograd": 0}
     assert ops.lookup("AveragePool").attrs["count_include_pad"] == 0
     assert ops.lookup("LRN").attrs == {"size": None, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}
 

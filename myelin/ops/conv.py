@@ -11,7 +11,9 @@ stride)``, the odd padding at the end / beginning) or VALID (no padding).
   and myelin's ``channel_block`` (default 0): when ``b`` > 0, X and Y are images in blocks of
   ``b`` channels and W is packed (depthwise, or groups of whole blocks; :mod:`myelin.ops.layout`);
   with ``input_block`` 1 as well, X is a plain image read a channel at a time (``[N, C, D...,
-  1]``: a first layer's few colours).
+  1]``: a first layer's few colours); with ``winograd`` 1, a group-1 3x3 Conv of stride and
+  dilation 1 on blocked images takes W in Winograd's form
+  (:func:`myelin.ops.layout.winograd_weight`).
   MaxPool (without indices) and AveragePool take ``channel_block`` too.
 * ``ConvTranspose(X, W[, B])``: ``W`` is ``[C, M / group, K1, ..., Kk]``; also
   ``output_padding`` and ``output_shape`` (when given, the pads are derived from it: the odd
@@ -109,6 +111,12 @@ def input_block(op):
     return op.attrs.get_int("input_block", 0) or channel_block(op)
 
 
+def winograd(op):
+    """Whether ``op``'s weight is in Winograd's F(2x2, 3x3) form (attribute ``winograd``,
+    :mod:`myelin.ops.layout`)."""
+    return bool(op.attrs.get_int("winograd", 0))
+
+
 def _x_of(op):
     """Input X of ``op``, checked, and its shape as ``[N, C, D...]``."""
     x = op.inputs[0]
@@ -135,9 +143,11 @@ def _weight_shape(op, channels, rank):
     """Weight W's shape as ``[M, C/group, K...]`` (unpacked where ``op`` is channel-blocked;
     ``rank`` spatial axes)."""
     w, block, in_block = op.inputs[1], channel_block(op), input_block(op)
+    group = op.attrs.get_int("group", 1)
+    if winograd(op):
+        return _winograd_weight_shape(op, w, block, in_block, group)
     if not block:
         return tuple(w.shape)
-    group = op.attrs.get_int("group", 1)
     if in_block != block and group != 1:
         raise error(op, f"input_block={in_block} needs group 1, not group={group}")
     depthwise = layout.depthwise(group, channels)
@@ -156,6 +166,27 @@ def _weight_shape(op, channels, rank):
         raise error(op, f"weight {w.name} of shape {list(w.shape)} has groups of output "
                         f"channels that are not whole blocks of {block}")
     return shape
+
+
+def _winograd_weight_shape(op, w, block, in_block, group):
+    """Weight W's shape as ``[M, C, 3, 3]`` where ``op`` takes it in Winograd's form."""
+    if not block or op.type != "Conv" or group != 1 or in_block != block:
+        raise error(op, f"winograd=1 needs a channel-blocked Conv of group 1 with blocked "
+                        f"input, not channel_block={block}, group={group}, "
+                        f"input_block={in_block}")
+    if len(w.shape) != 6 or tuple(w.shape[2:]) != (4, 4, block, block):
+        raise error(op, f"weight {w.name} of shape {list(w.shape)} is not in Winograd's form "
+                        f"[M/{block}, C/{block}, 4, 4, {block}, {block}] (see myelin.ops.layout)")
+    return (w.shape[0] * block, w.shape[1] * block, 3, 3)
+
+
+def _check_winograd(op, g):
+    """Raise unless geometry ``g`` is one Winograd's F(2x2, 3x3) computes (where ``op``'s
+    weight is in its form)."""
+    if winograd(op) and (g.kernel != (3, 3) or g.strides != (1, 1) or g.dilations != (1, 1)):
+        raise error(op, f"winograd=1 needs a 3x3 kernel of strides and dilations 1, not "
+                        f"kernel {list(g.kernel)}, strides {list(g.strides)}, dilations "
+                        f"{list(g.dilations)}")
 
 
 def _same_pads(auto_pad, total):
@@ -269,9 +300,11 @@ def geometry(op):
                         f"{strides})")
     if op.type in _POOLS and any(p >= k for p, k in zip(pads, kernel + kernel)):
         raise error(op, f"pads={pads} must be smaller than kernel_shape={kernel}")
-    return Geometry(batch, channels, out_channels, group, tuple(spatial), tuple(output),
-                    tuple(kernel), tuple(strides), tuple(dilations), tuple(pads[:rank]),
-                    tuple(pads[rank:]))
+    g = Geometry(batch, channels, out_channels, group, tuple(spatial), tuple(output),
+                 tuple(kernel), tuple(strides), tuple(dilations), tuple(pads[:rank]),
+                 tuple(pads[rank:]))
+    _check_winograd(op, g)
+    return g
 
 
 # Shape and type rules.
@@ -334,7 +367,9 @@ def _blocked_reference(reference):
             return reference(op, inputs)
         inputs = list(inputs)
         inputs[0] = layout.unblock(inputs[0])
-        if len(inputs) > 1 and op.type == "Conv":
+        if len(inputs) > 1 and op.type == "Conv" and winograd(op):
+            inputs[1] = layout.unwinograd_weight(inputs[1])
+        elif len(inputs) > 1 and op.type == "Conv":
             inputs[1] = layout.unblock_weight(inputs[1], layout.depthwise(
                 op.attrs.get_int("group", 1), inputs[0].shape[1]))
         return [layout.block(y, block) for y in reference(op, inputs)]
@@ -478,7 +513,7 @@ _POOL_ATTRS = {"kernel_shape": None, "strides": None, "pads": None, "dilations":
                "auto_pad": "NOTSET", "ceil_mode": 0}
 
 register(OpDef("Conv", Kind.OPAQUE, _conv_infer, _conv_reference,
-               attrs=dict(CONV_ATTRS, channel_block=0, input_block=0),
+               attrs=dict(CONV_ATTRS, channel_block=0, input_block=0, winograd=0),
                inputs=(2, 3), doc="N-D convolution (cross-correlation) with groups, as ONNX",
                gradient=_conv_gradient))
 register(OpDef("ConvTranspose", Kind.OPAQUE, _conv_infer, _conv_transpose_reference,

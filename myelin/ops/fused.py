@@ -172,6 +172,7 @@ register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_product_infer, _fused_product_
                attrs={"expr": None, "transpose_a": False, "transpose_b": False},
                inputs=(2, None), doc="a matrix product with a fused element-wise epilogue"))
 register(OpDef("FusedConv", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
-               attrs=dict(CONV_ATTRS, channel_block=0, input_block=0, expr=None, bias=False),
+               attrs=dict(CONV_ATTRS, channel_block=0, input_block=0, winograd=0, expr=None,
+                          bias=False),
                inputs=(2, None),
                doc="a convolution with a fused element-wise epilogue"))

@@ -16,12 +16,21 @@ by a group-1 Conv in blocks of one channel (attribute ``input_block`` 1): ``[N, 
 the plain image as it lies, its weights ``[M/b, C, K..., 1, b]``; the output is in blocks of
 ``b``.
 
+A group-1 3x3 Conv of stride 1 on blocked images may take its weights in Winograd's form
+(attribute ``winograd`` 1: F(2x2, 3x3), Lavin and Gray): each 3x3 kernel ``g`` of an (output,
+input) channel pair becomes the 4x4 ``G g G^T`` (:data:`WINOGRAD_G`), packed as a 4x4 kernel:
+``[M/b, C/b, 4, 4, b, b]``; the kernel then computes each 2x2 tile of outputs from the 4x4
+input patch around it with 16 products where a direct convolution has 36.
+
 The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
 element by element, and a per-channel constant is blocked like an image of one pixel. The
 functions here convert shapes and NumPy arrays; :mod:`myelin.optimize.layout` rewrites graphs.
 """
 
 import numpy as np
+
+# Winograd F(2x2, 3x3)'s weight transform: a 3x3 kernel g becomes G g G^T.
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
 
 def blocked_shape(shape, block):
@@ -94,3 +103,19 @@ def unblock_weight(weight, depthwise):
     rank = weight.ndim - 4
     order = (0, rank + 3, 1, rank + 2, *range(2, 2 + rank))
     return weight.transpose(order).reshape(plain_weight_shape(weight.shape, False))
+
+
+def winograd_weight(weight, size):
+    """A 3x3 Conv weight ``[M, C, 3, 3]`` in Winograd's form (``G g G^T``, computed in float64)
+    packed for ``size`` channels a block: ``[M/size, C/size, 4, 4, size, size]``."""
+    transformed = np.einsum("ik,mckl,jl->mcij", WINOGRAD_G, np.asarray(weight, np.float64),
+                            WINOGRAD_G)
+    return block_weight(transformed.astype(np.float32), size, False)
+
+
+def unwinograd_weight(weight):
+    """A packed weight in Winograd's form as the ``[M, C, 3, 3]`` kernel it came from
+    (``G^+ U G^+T``: G has full column rank), in float64."""
+    inverse = np.linalg.pinv(WINOGRAD_G)
+    transformed = unblock_weight(weight, False).astype(np.float64)
+    return np.einsum("ik,mckl,jl->mcij", inverse, transformed, inverse)

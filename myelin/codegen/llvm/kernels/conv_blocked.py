@@ -32,6 +32,7 @@ from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, filled
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul, sub
+from myelin.codegen.llvm.kernels.conv_winograd import WinogradTiles
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 from myelin.ops import layout
@@ -82,6 +83,8 @@ class BlockedConvKernel(OutlinedKernel):
         g = conv_ops.geometry(conv)
         if layout.depthwise(g.group, g.in_channels):
             _DepthwiseRows(ctx, step, conv, self.flops(step), output).emit()
+        elif conv_ops.winograd(conv):
+            WinogradTiles(ctx, step, conv, self.flops(step), output, TILES).emit()
         else:
             _PlaneTiles(ctx, step, conv, self.flops(step), output).emit()
 
