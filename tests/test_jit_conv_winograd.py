@@ -20,9 +20,9 @@ def test_weight_transform_round_trips():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((24, 16, 3, 3))
     packed = layout.winograd_weight(w, 8)
-    assert packed.shape == (3, 2, 4, 4, 8, 8) and packed.dtype == np.float32
-    u = layout.WINOGRAD_G @ w[13, 11] @ layout.WINOGRAD_G.T      # [M/b, C/b, 4, 4, c, m]
-    np.testing.assert_allclose(packed[1, 1, :, :, 3, 5], u, rtol=1e-6)
+    assert packed.shape == (3, 4, 4, 2, 8, 8) and packed.dtype == np.float32
+    u = layout.WINOGRAD_G @ w[13, 11] @ layout.WINOGRAD_G.T      # [M/b, 4, 4, C/b, c, m]
+    np.testing.assert_allclose(packed[1, :, :, 1, 3, 5], u, rtol=1e-6)
     np.testing.assert_allclose(layout.unwinograd_weight(packed), w, rtol=1e-5, atol=1e-6)
 
 
@@ -109,7 +109,7 @@ def test_nan_and_infinity_reach_their_tile(monkeypatch):
 def test_bad_winograd_conv_is_a_myelin_error():
     f = myelin.Builder(myelin.Flow(), "f")
     x = f.var("x", "float32", (1, 2, 5, 5, 8))
-    packed = f.const(np.zeros((2, 2, 4, 4, 8, 8), np.float32))
+    packed = f.const(np.zeros((2, 4, 4, 2, 8, 8), np.float32))
     with pytest.raises(MyelinError, match="needs a channel-blocked Conv of group 1"):
         f.op("Conv", [f.var("plain", "float32", (1, 16, 5, 5)), packed], None,
              {"winograd": 1})

@@ -174,10 +174,10 @@ def _winograd_weight_shape(op, w, block, in_block, group):
         raise error(op, f"winograd=1 needs a channel-blocked Conv of group 1 with blocked "
                         f"input, not channel_block={block}, group={group}, "
                         f"input_block={in_block}")
-    if len(w.shape) != 6 or tuple(w.shape[2:]) != (4, 4, block, block):
+    if len(w.shape) != 6 or tuple(w.shape[1:3]) + tuple(w.shape[4:]) != (4, 4, block, block):
         raise error(op, f"weight {w.name} of shape {list(w.shape)} is not in Winograd's form "
-                        f"[M/{block}, C/{block}, 4, 4, {block}, {block}] (see myelin.ops.layout)")
-    return (w.shape[0] * block, w.shape[1] * block, 3, 3)
+                        f"[M/{block}, 4, 4, C/{block}, {block}, {block}] (see myelin.ops.layout)")
+    return (w.shape[0] * block, w.shape[3] * block, 3, 3)
 
 
 def _check_winograd(op, g):

@@ -18,8 +18,9 @@ the plain image as it lies, its weights ``[M/b, C, K..., 1, b]``; the output is 
 
 A group-1 3x3 Conv of stride 1 on blocked images may take its weights in Winograd's form
 (attribute ``winograd`` 1: F(2x2, 3x3), Lavin and Gray): each 3x3 kernel ``g`` of an (output,
-input) channel pair becomes the 4x4 ``G g G^T`` (:data:`WINOGRAD_G`), packed as a 4x4 kernel:
-``[M/b, C/b, 4, 4, b, b]``; the kernel then computes each 2x2 tile of outputs from the 4x4
+input) channel pair becomes the 4x4 ``G g G^T`` (:data:`WINOGRAD_G`), packed position by
+position: ``[M/b, 4, 4, C/b, b, b]`` (a block of outputs' weights at one of the 16 positions lie
+together); the kernel then computes each 2x2 tile of outputs from the 4x4
 input patch around it with 16 products where a direct convolution has 36.
 
 The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
@@ -107,15 +108,17 @@ def unblock_weight(weight, depthwise):
 
 def winograd_weight(weight, size):
     """A 3x3 Conv weight ``[M, C, 3, 3]`` in Winograd's form (``G g G^T``, computed in float64)
-    packed for ``size`` channels a block: ``[M/size, C/size, 4, 4, size, size]``."""
+    packed for ``size`` channels a block, position by position: ``[M/size, 4, 4, C/size, size,
+    size]``."""
     transformed = np.einsum("ik,mckl,jl->mcij", WINOGRAD_G, np.asarray(weight, np.float64),
                             WINOGRAD_G)
-    return block_weight(transformed.astype(np.float32), size, False)
+    packed = block_weight(transformed.astype(np.float32), size, False)
+    return np.ascontiguousarray(packed.transpose(0, 2, 3, 1, 4, 5))
 
 
 def unwinograd_weight(weight):
     """A packed weight in Winograd's form as the ``[M, C, 3, 3]`` kernel it came from
     (``G^+ U G^+T``: G has full column rank), in float64."""
     inverse = np.linalg.pinv(WINOGRAD_G)
-    transformed = unblock_weight(weight, False).astype(np.float64)
+    transformed = unblock_weight(weight.transpose(0, 3, 1, 2, 4, 5), False).astype(np.float64)
     return np.einsum("ik,mckl,jl->mcij", inverse, transformed, inverse)

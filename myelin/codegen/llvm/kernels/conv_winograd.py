@@ -165,7 +165,6 @@ class WinogradTiles(BlockedStep):
         b, size, pixels = ctx.builder, self.size, self.pixels
         w = ctx.pointer(self.step.inputs[1])
         vector = irutil.vector_of(irutil.compute_type("float32"), size)
-        block_weights = POSITIONS * size * size
         zero = irutil.const(vector, 0)
         with irutil.accumulating_loop(b, 0, self.in_blocks, [zero] * (blocks * pixels),
                                       name="cb") as loop:
@@ -174,10 +173,10 @@ class WinogradTiles(BlockedStep):
                                irutil.i64(self.chunk)), t)
             inputs = [_vector_at(b, patches, b.add(slot, irutil.i64(p)), size)
                       for p in range(pixels)]
-            weights = [b.add(b.mul(b.add(b.mul(b.add(first_block, irutil.i64(r)),
-                                               irutil.i64(self.in_blocks)), block),
-                                   irutil.i64(block_weights)),
-                             b.mul(position, irutil.i64(size * size))) for r in range(blocks)]
+            weights = [b.mul(b.add(b.mul(b.add(b.mul(b.add(first_block, irutil.i64(r)),
+                                                     irutil.i64(POSITIONS)), position),
+                                         irutil.i64(self.in_blocks)), block),
+                             irutil.i64(size * size)) for r in range(blocks)]
             accs = list(loop.values)
             for c in range(size):
                 vectors = [irutil.load(b, irutil.element_ptr(
