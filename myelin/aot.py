@@ -481,6 +481,7 @@ def _source(compiled, target, name, header):
 #define CELLS {len(cells)}
 #define NAMES {len(names)}
 #define THREADS {compiled.threads}
+#define WORKER_STACK {threads.WORKER_STACK}
 
 const char *{name}_version(void) {{ return {_c_string("myelin " + __version__)}; }}
 const char *{name}_target(void) {{ return {_c_string(features)}; }}
@@ -535,11 +536,15 @@ static pthread_t workers[THREADS > 1 ? THREADS - 1 : 1];
 static int started;
 
 static void start_pool(void) {{
+  pthread_attr_t attr;
   pthread_mutex_lock(&pool_lock);
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, WORKER_STACK);
   while (started < THREADS - 1) {{
-    if (pthread_create(&workers[started], NULL, myelin_worker, myelin_pool) != 0) break;
+    if (pthread_create(&workers[started], &attr, myelin_worker, myelin_pool) != 0) break;
     started++;
   }}
+  pthread_attr_destroy(&attr);
   __atomic_store_n((int32_t *)(myelin_pool + {workers}), started, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&pool_lock);
 }}

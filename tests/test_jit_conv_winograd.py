@@ -74,6 +74,16 @@ def test_winograd_matches_reference(case, threads, chunk_bytes, monkeypatch):
     assert len(steps) == 1
 
 
+def test_largest_buffers_on_a_workers_stack():
+    """14x14 of 256 channels, as ResNet's: one chunk of 49 tiles (784 KiB of transformed
+    patches on the stack), its bands in two groups, one run by a worker thread."""
+    rng = np.random.default_rng(5)
+    flow, x = _conv_net(rng, (1, 256, 14, 14), 32, (3, 3), dict(pads=[1, 1, 1, 1]))
+    value = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    net = run_and_compare(flow, {"f": {x: value}}, TOLERANCE, threads=2, cache=False)
+    assert any(s.attrs.get_int("winograd", 0) for s in net.cell("f").steps)
+
+
 def test_blocks_of_16(monkeypatch):
     monkeypatch.setattr(layout_pass, "WINOGRAD_TILES", 0)
     rng = np.random.default_rng(2)

@@ -73,6 +73,10 @@ DEBT_LIMIT_NS = 4_000_000       # and losses unpaid beyond this send callers alo
 BACKOFF_NS = 16_000_000         # first time callers run alone once the debt is too high
 BACKOFF_GROWTH = 2              # each verdict soon after running alone multiplies it
 MAX_BACKOFF_NS = 256_000_000    # longest (so a lasting load costs a probe every 1/4 s)
+# Bytes of a worker's stack: kernels keep buffers of up to about 1.3 MiB there (Winograd's
+# transformed patches), more than some systems give a thread by default (musl: 128 KiB).
+WORKER_STACK = 8 << 20
+_ATTR_BYTES = 128               # room for a pthread_attr_t (56 or 64 bytes on Linux)
 CLOCK_MONOTONIC = 1
 THREAD_CPU_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system())   # CLOCK_THREAD_CPUTIME_ID
 _FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
@@ -412,13 +416,17 @@ class Pool:
         """Make sure ``threads - 1`` workers are running (the caller is the last thread)."""
         with self._lock:
             worker = ctypes.c_void_p(self._code.address("myelin_worker"))
+            attr = ctypes.create_string_buffer(_ATTR_BYTES)
+            self._libc.pthread_attr_init(attr)
+            self._libc.pthread_attr_setstacksize(attr, ctypes.c_size_t(WORKER_STACK))
             while len(self._threads) < threads - 1:
                 handle = ctypes.c_ulong()
-                status = self._libc.pthread_create(ctypes.byref(handle), None, worker,
+                status = self._libc.pthread_create(ctypes.byref(handle), attr, worker,
                                                    ctypes.c_void_p(self._record))
                 if status != 0:
                     break                    # fewer workers: tasks still all run
                 self._threads.append(handle)
+            self._libc.pthread_attr_destroy(attr)
             self._field(WORKERS, ctypes.c_int32).value = len(self._threads)
 
     def shutdown(self):
