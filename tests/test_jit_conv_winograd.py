@@ -133,3 +133,14 @@ def test_bad_winograd_conv_is_a_myelin_error():
     y = f.op("Conv", [x, packed], None, {"channel_block": 8, "winograd": 1,
                                          "pads": [1, 1, 1, 1]})
     assert tuple(y.shape) == (1, 2, 5, 5, 8)
+
+
+def test_too_many_channels_for_the_stack_is_a_compile_error():
+    """A hand-made Winograd step whose smallest chunk would overflow a thread's stack."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (1, 1500, 4, 4, 8))
+    w = f.const(np.zeros((1, 4, 4, 1500, 8, 8), np.float32))
+    f.op("Identity", [f.op("Conv", [x, w], None, {"channel_block": 8, "winograd": 1})], "y")
+    with pytest.raises(MyelinError, match="bytes of stack for 12000 input channels"):
+        myelin.Compiler(cache=False).compile(flow)

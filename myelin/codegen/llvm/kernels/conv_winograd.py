@@ -23,6 +23,7 @@ from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.blocked import BlockedStep, filled
 from myelin.codegen.llvm.kernels.conv import add, mul
+from myelin.errors import CompileError
 
 TILE = 2                    # outputs along each axis of a tile
 PATCH = 4                   # inputs along each axis of a tile's patch
@@ -32,6 +33,9 @@ POSITIONS = PATCH * PATCH
 # second-level cache, 128 KiB, read them up to nine times and ran 14x14 layers of 256
 # channels 20-35% slower; of 512 channels twice as slow).
 CHUNK_BYTES = 1 << 20
+# Bytes of stack a task may take at most (half a worker thread's: threads.WORKER_STACK); a
+# step whose smallest chunk needs more (a hand-made flow's thousands of channels) is refused.
+STACK_LIMIT = 1 << 22
 
 
 class WinogradTiles(BlockedStep):
@@ -55,6 +59,10 @@ class WinogradTiles(BlockedStep):
         self.chunks = -(-self.tiles // fit)
         self.chunk = -(-self.tiles // self.chunks // pixels) * pixels
         self.chunks = -(-self.tiles // self.chunk)
+        stack = POSITIONS * (g.in_channels + self.blocks * size) * self.chunk * 4
+        if stack > STACK_LIMIT:
+            raise CompileError(f"{step.name}: Winograd's form needs {stack} bytes of stack for "
+                               f"{g.in_channels} input channels, more than {STACK_LIMIT}")
         # The bands in groups where there are fewer chunks than threads: each group's task
         # transforms the chunk's patches again (a few percent of the work) for its bands.
         units = g.batch * self.chunks
@@ -144,6 +152,7 @@ class WinogradTiles(BlockedStep):
                 self._band_of(ctx, image, first, band, rest, patches, products)
 
     def _band_of(self, ctx, image, first, band, blocks, patches, products):
+        """The ``blocks`` output blocks of band ``band``: M at each position, then Y."""
         b = ctx.builder
         first_block = b.mul(band, irutil.i64(self.blocks))
         with irutil.for_range(b, 0, POSITIONS, name="position") as position:
