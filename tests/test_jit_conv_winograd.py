@@ -93,6 +93,16 @@ def test_blocks_of_16(monkeypatch):
     run_and_compare(flow, {"f": {x: value}}, TOLERANCE, cache=False)
 
 
+def test_empty_batch(monkeypatch):
+    monkeypatch.setattr(layout_pass, "WINOGRAD_TILES", 0)
+    rng = np.random.default_rng(6)
+    flow, x = _conv_net(rng, (0, 16, 9, 11), 16, (3, 3), dict(pads=[1, 1, 1, 1]))
+    assert len(_winograd_convs(flow.copy())) == 1
+    net = run_and_compare(flow, {"f": {x: np.zeros((0, 16, 9, 11), np.float32)}}, TOLERANCE,
+                          cache=False)
+    assert np.asarray(net.cell("f").instance()["f/out"]).shape == (0, 16, 9, 11)
+
+
 def test_nan_and_infinity_reach_their_tile(monkeypatch):
     """A NaN or an infinity in the input spoils the outputs that read it (and, through the
     transform, the rest of their 2x2 tile), not other tiles."""
