@@ -1,15 +1,16 @@
 """Threads under load: the latency of zoo models when another program keeps one core busy.
 
 For each model, myelin with its default worker pool and with ``threads=1``, and ONNX Runtime
-with its default threads and with one, are timed with the machine idle and again while a
-second process spins on the CPU (one core busy with other work). Under load the default pool
-must not be slower than ``threads=1``: the column "pool / 1t" is the default's latency over
-one thread's (below 1: the pool helps; issue 24 asks for at most 1.0 under load).
+with its default threads and with one, taking turns in each round, are timed with the machine
+idle and again while a second process spins on the CPU (one core busy with other work). Under
+load the default pool must not be slower than ``threads=1``: the column "pool / 1t" is the
+default's latency over one thread's (below 1: the pool helps; issue 24 asks for at most 1.0
+under load).
 
 The models are the zoo's ONNX files (build them with ``make zoo``). Each system is timed in
 rounds, every round after a short pause (as the zoo runner does), and the median is reported.
 
-Run: ``python benchmarks/threads_under_load.py [MODEL ...]``.
+Run: ``python benchmarks/threads_under_load.py [MODEL ...] [--rounds N]``.
 """
 
 import argparse
@@ -36,17 +37,21 @@ def spin():
         pass
 
 
-def median_latency(run, rounds=15, calls=5, pause=0.02):
-    """The median over ``rounds`` of the mean seconds per call of ``run``."""
-    run()
-    samples = []
+def measure(runs, rounds, calls=5, pause=0.02):
+    """The median over ``rounds`` of the mean seconds per call of each of ``runs`` (by name),
+    the systems taking turns within each round (so that a machine whose speed drifts slows
+    them alike)."""
+    for run in runs.values():
+        run()
+    samples = {name: [] for name in runs}
     for _ in range(rounds):
-        time.sleep(pause)
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+        for name, run in runs.items():
+            time.sleep(pause)
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def contenders(path):
@@ -62,11 +67,7 @@ def contenders(path):
             "ORT": lambda: ort.run(None, feeds), "ORT 1t": lambda: ort_one.run(None, feeds)}
 
 
-def measure(runs):
-    return {name: median_latency(run) for name, run in runs.items()}
-
-
-def main(models):
+def main(models, rounds):
     print(f"{'model':<20}{'load':<10}{'myelin pool':>13}{'myelin 1t':>13}{'pool / 1t':>11}"
           f"{'ORT':>13}{'ORT 1t':>13}{'ORT / 1t':>10}")
     for model in models:
@@ -82,7 +83,7 @@ def main(models):
                 busy.start()
                 time.sleep(0.2)
             try:
-                t = measure(runs)
+                t = measure(runs, rounds)
             finally:
                 if busy is not None:
                     busy.terminate()
@@ -97,4 +98,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(MODELS),
                         help=f"zoo model names (default: {' '.join(MODELS)})")
-    main(parser.parse_args().models)
+    parser.add_argument("--rounds", type=int, default=15, help="rounds per system and load")
+    args = parser.parse_args()
+    main(args.models, args.rounds)
