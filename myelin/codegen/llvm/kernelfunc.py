@@ -13,7 +13,7 @@ code compiled for one network serves any other with that kernel
 (the compile cache keeps it by symbol: :attr:`~myelin.codegen.llvm.codecache.CodeCache.kernels`).
 
 A root argument is ``noalias`` where no other root of the step may overlap it (see
-:func:`_may_alias`). Constants
+:func:`~.kernels.base.may_alias`). Constants
 small enough to be compiled into the code stay in it (:func:`~.kernels.base.inlined`): their
 values are part of the text.
 """
@@ -26,7 +26,7 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels.base import (ArgumentContext, EmitContext, inlined,
-                                              inlined_bytes)
+                                              inlined_bytes, may_alias)
 from myelin.errors import CompileError, MyelinError
 
 PREFIX = "myelin.kernel."
@@ -189,7 +189,7 @@ def signature(step, arguments, instance_alignment):
                         inlined_bytes(root)))
     return (type(step.kernel), step.type, step.variant, tuple(sorted(step.attrs.items())),
             repr(sorted(step.choice.items())), tuple(tensors),
-            tuple(_may_alias(root, arguments) for root in arguments))
+            tuple(may_alias(root, arguments) for root in arguments))
 
 
 def _emit(step, arguments, target, instance_alignment, threads, externals, helpers):
@@ -200,7 +200,7 @@ def _emit(step, arguments, target, instance_alignment, threads, externals, helpe
     function = ir.Function(module, kernel_type(len(arguments)), _PLACEHOLDER)
     function.attributes.add("nounwind")
     for argument, root in zip(function.args, arguments):
-        if not _may_alias(root, arguments):
+        if not may_alias(root, arguments):
             argument.add_attribute("noalias")
     entry = function.append_basic_block("entry")
     builder = ir.IRBuilder(entry)
@@ -225,21 +225,6 @@ def _emit(step, arguments, target, instance_alignment, threads, externals, helpe
 def kernel_type(count):
     """The LLVM type of a kernel function of ``count`` root tensors."""
     return ir.FunctionType(irutil.I32, [irutil.PTR] * (count + 1))
-
-
-def _may_alias(root, arguments):
-    """Whether the memory of ``root`` may be reached through another of ``arguments``: a
-    caller's array through another one (it may be the same), an instance tensor through one
-    at an overlapping offset. (As the cell function's instance argument is ``noalias``, a
-    caller's array is taken to be none of the instance's tensors nor a global.)"""
-    if root.ref:
-        return any(other is not root and other.ref for other in arguments)
-    if root.address is not None:
-        return False       # a global of its own
-    end = root.offset + root.size
-    return any(other is not root and other.address is None and not other.ref
-               and other.offset < end and root.offset < other.offset + other.size
-               for other in arguments)
 
 
 class _KernelContext(ArgumentContext):

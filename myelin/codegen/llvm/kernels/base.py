@@ -133,20 +133,37 @@ class EmitContext:
     def _outline(self, name, tensors, emit_task):
         """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
         holds the addresses of ``tensors``' roots, then those of the arrays the tasks keep:
-        returns (the function, the roots and the kept arrays, in table order)."""
+        returns (the function, the roots and the kept arrays, in table order).
+
+        The tasks' code is a body of its own, inlined into the function, that takes the roots'
+        addresses as arguments, ``noalias`` where no other root may overlap (:func:`may_alias`):
+        loaded from the table, LLVM would take any store to reach any tensor, and so would not
+        hoist a broadcast operand's loads and math out of a loop (an SE block's scale,
+        ``sigmoid(s) * x``, ran 6.5x slower split into tasks than inline)."""
         module = self.builder.module
         function = ir.Function(module, threads.TASK_TYPE, module.get_unique_name(name))
         function.linkage = "internal"
         function.attributes.add("nounwind")
-        inner = ir.IRBuilder(function.append_basic_block("entry"))
         table, index = function.args
         roots = list({id(t.root()): t.root() for t in tensors}.values())
-        pointers = {id(root): inner.load(irutil.element_ptr(inner, table, "int64", irutil.i64(i)),
-                                         typ=irutil.PTR)
-                    for i, root in enumerate(roots)}
+        body_type = ir.FunctionType(ir.VoidType(), [irutil.PTR] * (len(roots) + 1) + [irutil.I64])
+        body = ir.Function(module, body_type, module.get_unique_name(f"{name}.body"))
+        body.linkage = "internal"
+        body.attributes.add("nounwind")
+        body.attributes.add("alwaysinline")
+        for argument, root in zip(body.args[1:], roots):
+            if not may_alias(root, roots):
+                argument.add_attribute("noalias")
+        call = ir.IRBuilder(function.append_basic_block("entry"))
+        addresses = [call.load(irutil.element_ptr(call, table, "int64", irutil.i64(i)),
+                               typ=irutil.PTR) for i in range(len(roots))]
+        call.call(body, [table] + addresses + [index])
+        call.ret_void()
+        inner = ir.IRBuilder(body.append_basic_block("entry"))
+        pointers = {id(root): argument for root, argument in zip(roots, body.args[1:])}
         sub = ArgumentContext(inner, self.target, pointers, self, threads=1,
-                              alignment=self.alignment, table=(table, len(roots)))
-        emit_task(sub, index)
+                              alignment=self.alignment, table=(body.args[0], len(roots)))
+        emit_task(sub, body.args[-1])
         inner.ret_void()
         return function, roots, sub.kept
 
@@ -231,6 +248,21 @@ def task_range(builder, index, size, units):
     stop = builder.add(start, irutil.i64(size))
     bound = irutil.i64(units) if isinstance(units, int) else units
     return start, builder.select(builder.icmp_signed("<", stop, bound), stop, bound)
+
+
+def may_alias(root, roots):
+    """Whether the memory of ``root`` may be reached through another of ``roots``: a caller's
+    array through another one (it may be the same), an instance tensor through one at an
+    overlapping offset. (As the cell function's instance argument is ``noalias``, a caller's
+    array is taken to be none of the instance's tensors nor a global.)"""
+    if root.ref:
+        return any(other is not root and other.ref for other in roots)
+    if root.address is not None:
+        return False       # a global of its own
+    end = root.offset + root.size
+    return any(other is not root and other.address is None and not other.ref
+               and other.offset < end and root.offset < other.offset + other.size
+               for other in roots)
 
 
 def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
