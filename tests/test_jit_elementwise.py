@@ -254,3 +254,20 @@ def test_unary_float16(op_type, features):
     flow = _unary_flow(op_type, "float16")
     run_and_compare(flow, _inputs(flow, [UNARY_FLOAT[op_type]], "float16", rng), 1e-3,
                     features)
+
+
+def test_in_place_step_split_over_threads():
+    """An SE block's scale, sigmoid(s) * x, split into tasks: its output written over its
+    dying input (the two may alias: not noalias), the broadcast operand hoisted (noalias)."""
+    rng = np.random.default_rng(0)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (1, 56, 56, 64))
+    s = f.var("s", "float32", (1, 64, 1, 1))
+    scaled = f.op("Mul", [f.op("Sigmoid", [s]), f.op("Transpose", [x], None,
+                                                     {"perm": [0, 3, 1, 2]})])
+    f.op("Identity", [f.op("Transpose", [scaled], None, {"perm": [0, 2, 3, 1]})], "y")
+    inputs = {x: rng.standard_normal((1, 56, 56, 64)).astype(np.float32),
+              s: rng.standard_normal((1, 64, 1, 1)).astype(np.float32)}
+    net = run_and_compare(flow, {"f": inputs}, 1e-6, threads=2, cache=False)
+    assert any(t.shares is not None for t in net.cell("f").tensors)

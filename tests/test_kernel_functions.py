@@ -11,6 +11,8 @@ import myelin
 from jitcheck import relative_error
 from myelin.codegen.llvm import engine, kernelfunc
 from myelin.codegen.llvm.codecache import CodeCache
+from myelin.codegen.llvm.kernels.base import may_alias
+from myelin.plan.cell import LOCAL, TensorSpec
 
 
 def chain_flow(weights):
@@ -159,3 +161,17 @@ def test_a_damaged_kernel_entry_is_compiled_afresh(tmp_path, weights, compiled, 
     network = compiler.compile(chain_flow(weights))
     assert "llvm" in compiler.timings and compiled == [first] * 3
     assert relative_error(compute(network, x), expected(x, weights)) < 1e-5
+
+
+def test_which_roots_may_alias():
+    """Kernel functions' and outlined tasks' arguments are noalias unless another root may
+    overlap: an instance tensor at an overlapping offset (an output written in place over its
+    input), or another caller's array; a global never."""
+    def spec(name, offset=None, ref=False, address=None):
+        return TensorSpec(name, "float32", (4,), LOCAL, offset=offset, ref=ref, address=address)
+    x, y, z = spec("x", 0), spec("y", 0), spec("z", 64)         # y takes over x's 16 bytes
+    a, b, w = spec("a", ref=True), spec("b", ref=True), spec("w", address=4096)
+    assert may_alias(x, [x, y, z]) and may_alias(y, [x, y, z])
+    assert not may_alias(z, [x, y, z]) and not may_alias(x, [x, z])
+    assert may_alias(a, [a, b, x]) and not may_alias(a, [a, x, w])
+    assert not may_alias(w, [w, x, y, a])
