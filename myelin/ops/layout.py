@@ -19,9 +19,9 @@ the plain image as it lies, its weights ``[M/b, C, K..., 1, b]``; the output is 
 A group-1 3x3 Conv of stride 1 on blocked images may take its weights in Winograd's form
 (attribute ``winograd`` 1: F(2x2, 3x3), Lavin and Gray): each 3x3 kernel ``g`` of an (output,
 input) channel pair becomes the 4x4 ``G g G^T`` (:data:`WINOGRAD_G`), packed position by
-position: ``[M/b, 4, 4, C/b, b, b]`` (a block of outputs' weights at one of the 16 positions lie
-together); the kernel then computes each 2x2 tile of outputs from the 4x4
-input patch around it with 16 products where a direct convolution has 36.
+position: ``[M/b, 4, 4, C/b, b, b]`` (a block of outputs' weights at one of the 16 positions
+lie together); the kernel then computes each 2x2 tile of outputs from the 4x4 input patch
+around it with 16 products where a direct convolution has 36.
 
 The bias stays ``[M]``. Element-wise ops need no change: two blocked images of one shape line up
 element by element, and a per-channel constant is blocked like an image of one pixel. The

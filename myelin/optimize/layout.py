@@ -7,8 +7,10 @@ multiples of ``b`` (group 1 among them), or depthwise (one group per channel), b
 with ``channel_block`` = b over images ``[N, C/b, H, W, b]`` (:mod:`myelin.ops.layout`), its
 weights packed here. A group-1 Conv of fewer than ``b`` input channels (a network's first
 layer, on its colours) reads its plain image a channel at a time (``input_block`` 1: the image
-as ``[N, C, H, W, 1]``, no reorder) and writes blocks. The ops that read blocked images
-follow them where they can (as ONNX Runtime's NchwcTransformer and TVM's AlterOpLayout do):
+as ``[N, C, H, W, 1]``, no reorder) and writes blocks. A group-1 3x3 Conv of stride and
+dilation 1 on a large enough plane of few enough channels (``WINOGRAD_TILES``) takes its weights
+in Winograd's form (``winograd`` 1). The ops that read blocked images follow them where
+they can (as ONNX Runtime's NchwcTransformer and TVM's AlterOpLayout do):
 
 * element-wise ops the back end computes (``Context.fusable``, as fusion asks), their other
   inputs blocked too (a constant is blocked here; another value by a reorder, or a Reshape
