@@ -13,9 +13,9 @@ import struct
 
 import llvmlite.ir as ir
 
-from myelin.codegen.llvm import irutil, loops
+from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels.base import task_range
-from myelin.codegen.llvm.kernels.conv import tap_range
+from myelin.codegen.llvm.kernels.conv import add, ival, mul, tap_range
 from myelin.ops import conv as conv_ops
 
 ROW_PIXELS = 8          # output pixels of a row tile
@@ -43,6 +43,24 @@ def filled(ctx, size, value):
         block.linkage = "internal"
         block.align = 64
     return ctx.builder.bitcast(block, irutil.PTR)
+
+
+def channel_products(b, w, weights, pixels, c, size, accs):
+    """``accs`` (a register tile's vectors: ``len(weights)`` blocks of output channels by
+    ``len(pixels)`` pixels, block by block) plus input channel ``c`` (an int or i64) of each
+    pixel (``pixels``: pointers to its channels) broadcast over the lanes times that channel's
+    weights for each block (a vector of ``size`` at element ``weights[r] + c * size`` of
+    ``w``)."""
+    width, out = len(pixels), list(accs)
+    vectors = [irutil.load(b, irutil.element_ptr(b, w, "float32",
+                                                 ival(add(b, at, mul(b, c, size)))),
+                           "float32", size) for at in weights]
+    for p, at in enumerate(pixels):
+        value = irutil.splat(b, irutil.load(b, irutil.element_ptr(b, at, "float32", c), "float32"),
+                             size)
+        for r, vector in enumerate(vectors):
+            out[r * width + p] = mathlib.fmuladd(b, vector, value, out[r * width + p])
+    return out
 
 
 class BlockedStep:

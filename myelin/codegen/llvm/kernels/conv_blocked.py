@@ -30,7 +30,7 @@ import math
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
-from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, filled
+from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, channel_products, filled
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul, sub
 from myelin.codegen.llvm.kernels.conv_winograd import WinogradTiles
 from myelin.ops import conv as conv_ops
@@ -372,18 +372,9 @@ class _PlaneTiles(BlockedStep):
                 zip(rows, origins)]
             weights = [add(b, w_tap, add(b, r * weight_block, mul(b, k, tap)))
                        for r in range(blocks)]
+
             def channel(c, out):
-                out = list(out)
-                vectors = [irutil.load(b, irutil.element_ptr(
-                    b, w, "float32", ival(add(b, weights[r], mul(b, c, size)))), "float32",
-                    size) for r in range(blocks)]
-                for p, at in enumerate(pixels):
-                    value = irutil.splat(b, irutil.load(
-                        b, irutil.element_ptr(b, at, "float32", c), "float32"), size)
-                    for r in range(blocks):
-                        out[r * width + p] = mathlib.fmuladd(b, vectors[r], value,
-                                                             out[r * width + p])
-                return out
+                return channel_products(b, w, weights, pixels, c, size, out)
 
             if unrolled or in_size == 1:
                 for c in range(in_size):

@@ -19,9 +19,9 @@ weights of one band at one position stay in the first-level cache while the chun
 by; the input is read once, where the direct kernel reads each pixel nine times.
 """
 
-from myelin.codegen.llvm import irutil, mathlib
+from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels.base import task_range
-from myelin.codegen.llvm.kernels.blocked import BlockedStep, filled
+from myelin.codegen.llvm.kernels.blocked import BlockedStep, channel_products, filled
 from myelin.codegen.llvm.kernels.conv import add, mul
 from myelin.errors import CompileError
 
@@ -186,17 +186,9 @@ class WinogradTiles(BlockedStep):
                                                      irutil.i64(POSITIONS)), position),
                                          irutil.i64(self.in_blocks)), block),
                              irutil.i64(size * size)) for r in range(blocks)]
-            accs = list(loop.values)
+            accs = loop.values
             for c in range(size):
-                vectors = [irutil.load(b, irutil.element_ptr(
-                    b, w, "float32", b.add(at, irutil.i64(c * size))), "float32", size)
-                    for at in weights]
-                for p, at in enumerate(inputs):
-                    value = irutil.splat(b, irutil.load(
-                        b, irutil.element_ptr(b, at, "float32", c), "float32"), size)
-                    for r in range(blocks):
-                        accs[r * pixels + p] = mathlib.fmuladd(b, vectors[r], value,
-                                                               accs[r * pixels + p])
+                accs = channel_products(b, w, weights, inputs, c, size, accs)
             loop.set_next(accs)
         for r in range(blocks):
             slot = b.add(b.mul(b.add(b.mul(position, irutil.i64(self.blocks)), irutil.i64(r)),
