@@ -10,12 +10,14 @@ The pool is one LLVM module compiled once per process. Its state is a global rec
     word      generation << 32 | next task index, claimed with compare-and-swap
     done      tasks finished in this generation
     task, context, count   the current work
-    alone_until, backoff   (nanoseconds) until when callers run their tasks alone, and for
-                           how long the next straggler sends them alone
+    alone_left, backoff    (nanoseconds) how much longer callers run their calls alone (the
+                           calls' time, not the clock's), and for how long the next
+                           verdict sends them alone
     sequence, sleepers     futex word and the number of workers waiting on it
     lock      held by the thread whose work the pool runs; others run their tasks alone
     stop, workers
-    debt_us   (microseconds) time lost to other work, not yet paid off by shared calls' time
+    debt_us   (microseconds) what shared calls cost over running alone, less what they saved
+    shared_ns the shared calls' time since the last verdict
 
 Workers spin (with ``pause``) for a while after their last task, so consecutive parallel steps
 start without a system call, then sleep on a futex until the next generation. A claim is a
@@ -29,19 +31,24 @@ all in the caller.
 
 Cores busy with other work: a worker the system preempts in the middle of a task keeps the
 caller waiting for a whole time slice of the other program (milliseconds, for a task of
-microseconds), and a network makes dozens of parallel calls per compute. So the caller times
-each shared call and counts what it lost: its wait for the workers beyond twice its own time
-per task (plus ``SLACK_NS``) or the time it was off its core, whichever is longer. One loss is
-no proof: a virtual machine's host takes its cores away for a moment now and then (on the
-2-core VM of the benchmarks, with the machine otherwise idle, 0.1-2% of the shared calls' time
-was lost so, in a few bursts; with another program spinning on one core, 2-25%). So the losses
-are a debt that every shared call pays off by a ``REPAY``-th of its time; when the debt passes
-``DEBT_LIMIT_NS`` the cores are busy with other work, and calls run alone (as with
-``threads=1``) for ``backoff`` nanoseconds, multiplied by ``BACKOFF_GROWTH`` at each such
-verdict up to ``MAX_BACKOFF_NS`` and reset once four backoffs have passed without one. A call
-that had to wake sleeping workers is not judged: the system takes a while to run them again
-(milliseconds on a virtual machine whose idle cores the hypervisor parks), which, judged, sent
-every call after an idle spell alone.
+microseconds), a worker sharing the caller's core halves the caller's speed, and a network
+makes dozens of parallel calls per compute. So the caller judges each shared call against
+running it alone: what it cost is its time less the caller's processor time per task (its
+own tasks, on the thread's CPU clock, so that time it was off its core counts as lost) times
+the tasks, negative where the workers helped. The costs add up to a debt that the gains pay
+off; one call's cost counts up to half of ``DEBT_LIMIT_NS`` (a virtual machine's host takes
+its cores away for a millisecond now and then, on the 2-core VM of the benchmarks a few
+times a minute with the machine otherwise idle: one such call is not a load). When the debt
+reaches ``DEBT_LIMIT_NS`` the cores are busy with other work, and calls run alone (as with
+``threads=1``) for ``backoff`` nanoseconds of their own time (a program that computes in
+bursts, with pauses between, stays alone across the pauses, where a clock's deadline would
+pass in each and every burst would pay to be judged again), multiplied by
+``BACKOFF_GROWTH`` at each such verdict up to ``MAX_BACKOFF_NS`` and reset once shared calls
+have taken ``CALM_NS`` without one (a lasting load that costs a little per call, as one core
+busy does to MobileNetV3-Small's 50 small calls, takes a few computes to judge each time,
+and must not reset the backoff). A call that had to wake sleeping workers is not judged:
+the system takes a while to run them again (milliseconds on a virtual machine whose idle
+cores the hypervisor parks), which, judged, sent every call after an idle spell alone.
 
 Spinning threads must not take a core from a thread with work: while waiting, the caller
 yields its core after every ``YIELD_SPINS`` pauses, so a worker waiting for that core runs,
@@ -67,12 +74,11 @@ TASK_TYPE = ir.FunctionType(ir.VoidType(), [PTR, I64])
 PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64])
 SPINS = 200_000                 # pause loops before a worker sleeps (about a millisecond)
 YIELD_SPINS = 2_000             # pause loops before a waiting thread yields its core
-SLACK_NS = 50_000               # a wait this much longer than expected is time lost
-REPAY = 10                      # a shared call pays off 1/REPAY of its time in losses
-DEBT_LIMIT_NS = 4_000_000       # and losses unpaid beyond this send callers alone
+DEBT_LIMIT_NS = 1_000_000       # shared calls' costs beyond their gains that send callers alone
 BACKOFF_NS = 16_000_000         # first time callers run alone once the debt is too high
-BACKOFF_GROWTH = 2              # each verdict soon after running alone multiplies it
-MAX_BACKOFF_NS = 256_000_000    # longest (so a lasting load costs a probe every 1/4 s)
+BACKOFF_GROWTH = 2              # each verdict before CALM_NS of shared calls multiplies it
+MAX_BACKOFF_NS = 256_000_000    # longest (a lasting load is judged again every 1/4 s of calls)
+CALM_NS = 1_000_000_000         # shared calls this long without a verdict: backoff anew
 # Bytes of a worker's stack: kernels keep buffers of up to about 1.3 MiB there (Winograd's
 # transformed patches), more than some systems give a thread by default (musl: 128 KiB).
 WORKER_STACK = 8 << 20
@@ -86,11 +92,11 @@ POOL_RECORD, WORKER, PARALLEL_FOR, WAKE = ("myelin_pool", "myelin_worker", "myel
                                            "myelin_wake")
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129                       # the *_PRIVATE operations
 # Fields of the pool record.
-(WORD, DONE, TASK, CONTEXT, COUNT, ALONE_UNTIL, BACKOFF, SEQUENCE, SLEEPERS, LOCK, STOP,
- WORKERS, DEBT_US) = range(13)
+(WORD, DONE, TASK, CONTEXT, COUNT, ALONE_LEFT, BACKOFF, SEQUENCE, SLEEPERS, LOCK, STOP,
+ WORKERS, DEBT_US, SHARED_NS) = range(14)
 _POOL_TYPE = ir.LiteralStructType([I64, I64, PTR, PTR, I64, I64, I64, I32, I32, I32, I32, I32,
-                                   I32])
-_FIELD_SIZES = [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4]
+                                   I32, I64])
+_FIELD_SIZES = [8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 8]
 CLOSED = 0xFFFFFFFF             # the task index of a generation whose work is being replaced
 
 
@@ -164,6 +170,12 @@ class _Emitter:
         b.call(self.syscall, [irutil.i64(self.futex), self.field(b, SEQUENCE),
                               ir.Constant(I32, operation), ir.Constant(I32, value),
                               ir.Constant(PTR, None)])
+
+    @staticmethod
+    def run_alone(b, task, context, count):
+        """Every task of a call in this thread."""
+        with irutil.for_range(b, 0, count, name="t") as index:
+            irutil.call_pointer(b, task, TASK_TYPE, [context, index])
 
     def function(self, name, ftype, linkage=None):
         function = ir.Function(self.module, ftype, name)
@@ -260,9 +272,10 @@ class _Emitter:
         """``myelin_parallel_for(task, context, count)``: run tasks 0..count-1, return when done."""
         function, b = self.function(PARALLEL_FOR, PARALLEL_FOR_TYPE)
         task, context, count = function.args
-        alone, share, check, publish, wait, spin, done, unlock = (
+        alone, share, check, judged_alone, publish, wait, spin, done, unlock = (
             function.append_basic_block(n)
-            for n in ("alone", "share", "check", "publish", "wait", "spin", "done", "unlock"))
+            for n in ("alone", "share", "check", "judged_alone", "publish", "wait", "spin",
+                      "done", "unlock"))
         timespec = b.alloca(ir.ArrayType(I64, 2))
         workers = self.load(b, WORKERS, "monotonic")
         few = b.or_(b.icmp_signed("<=", count, irutil.i64(1)),
@@ -270,20 +283,25 @@ class _Emitter:
         b.cbranch(few, alone, share)
         # Alone: every task in this thread.
         b.position_at_end(alone)
-        with irutil.for_range(b, 0, count, name="t") as index:
-            irutil.call_pointer(b, task, TASK_TYPE, [context, index])
+        self.run_alone(b, task, context, count)
         b.ret_void()
         b.position_at_end(share)
         locked = b.cmpxchg(self.field(b, LOCK), ir.Constant(I32, 0), ir.Constant(I32, 1),
                            "acquire", "monotonic")
         b.cbranch(b.extract_value(locked, 1), check, alone)
-        # Check: alone too while a recent verdict says the cores are busy with other work.
+        # Check: alone too while a verdict says the cores are busy with other work, for the
+        # time it gave calls to run alone.
         b.position_at_end(check)
         start = self.now(b, timespec)
-        busy = b.icmp_signed("<", start, self.load(b, ALONE_UNTIL, "monotonic"))
+        busy = b.icmp_signed(">", self.load(b, ALONE_LEFT, "monotonic"), irutil.i64(0))
         with b.if_then(busy):
             self.store(b, LOCK, ir.Constant(I32, 0), "release")
-        b.cbranch(busy, alone, publish)
+        b.cbranch(busy, judged_alone, publish)
+        b.position_at_end(judged_alone)
+        self.run_alone(b, task, context, count)
+        b.atomic_rmw("sub", self.field(b, ALONE_LEFT), b.sub(self.now(b, timespec), start),
+                     "monotonic")
+        b.ret_void()
         b.position_at_end(publish)
         if THREAD_CPU_CLOCK is not None:
             start_cpu = self.now(b, timespec, THREAD_CPU_CLOCK)
@@ -302,7 +320,12 @@ class _Emitter:
         with b.if_then(sleeping):
             self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
         ran = b.call(run_tasks, [generation])
-        finished_own = self.now(b, timespec)
+        # This thread's processor time in its tasks (its wall time where there is no such
+        # clock).
+        if THREAD_CPU_CLOCK is not None:
+            own = b.sub(self.now(b, timespec, THREAD_CPU_CLOCK), start_cpu)
+        else:
+            own = b.sub(self.now(b, timespec), start)
         before_wait = b.block
         b.branch(wait)
         b.position_at_end(wait)
@@ -316,28 +339,27 @@ class _Emitter:
             b.call(self.sched_yield, [])
         spins.add_incoming(b.add(spins, irutil.i64(1)), b.block)
         b.branch(wait)
-        # Done: what the call lost to other work: its wait beyond twice this thread's time
-        # per task, or the time this thread was off its core, whichever is longer.
+        # Done: what sharing the call cost over running it alone: its time less this
+        # thread's time per task times the tasks (negative where the workers helped).
         b.position_at_end(done)
         end = self.now(b, timespec)
         wall = b.sub(end, start)
-        per_task = b.sdiv(b.sub(finished_own, start), b.select(
+        per_task = b.sdiv(own, b.select(
             b.icmp_signed(">", ran, irutil.i64(0)), ran, irutil.i64(1)))
         zero = irutil.i64(0)
-        waited = b.sub(b.sub(end, finished_own),
-                       b.add(b.mul(per_task, irutil.i64(2)), irutil.i64(SLACK_NS)))
-        lost = b.select(b.icmp_signed(">", ran, zero), _larger(b, waited, zero), zero)
-        if THREAD_CPU_CLOCK is not None:
-            off_core = b.sub(wall, b.sub(self.now(b, timespec, THREAD_CPU_CLOCK), start_cpu))
-            lost = _larger(b, lost, off_core)        # (time off its core while waiting is both)
+        lost = b.select(b.icmp_signed(">", ran, zero), b.sub(wall, b.mul(per_task, count)),
+                        zero)
         # Waking sleeping workers takes the system a while (milliseconds on a virtual machine,
         # after the caller was idle): that is not other work on the cores.
         lost = b.select(sleeping, zero, lost)
-        # The debt: time lost, less a share of every shared call's time (only the holder of
-        # the lock gets here: no atomic update).
+        # One call's loss counts up to half the limit: one hiccup of the host is not a load.
+        lost = b.select(b.icmp_signed(">", lost, irutil.i64(DEBT_LIMIT_NS // 2)),
+                        irutil.i64(DEBT_LIMIT_NS // 2), lost)
+        # The debt: what sharing cost, less what it saved (only the holder of the lock gets
+        # here: no atomic update).
         debt = b.mul(b.zext(self.load(b, DEBT_US, "monotonic"), I64), irutil.i64(1000))
-        debt = _larger(b, b.sub(b.add(debt, lost), b.sdiv(wall, irutil.i64(REPAY))), zero)
-        overdrawn = b.icmp_signed(">", debt, irutil.i64(DEBT_LIMIT_NS))
+        debt = _larger(b, b.add(debt, lost), zero)
+        overdrawn = b.icmp_signed(">=", debt, irutil.i64(DEBT_LIMIT_NS))
         self.store(b, DEBT_US, b.trunc(b.select(overdrawn, zero, b.sdiv(debt, irutil.i64(1000))),
                                        I32), "monotonic")
         backoff = self.load(b, BACKOFF, "monotonic")
@@ -345,15 +367,17 @@ class _Emitter:
                            irutil.i64(BACKOFF_NS), backoff)
         with b.if_else(overdrawn) as (busy_cores, calm):
             with busy_cores:
-                self.store(b, ALONE_UNTIL, b.add(end, backoff), "monotonic")
+                self.store(b, ALONE_LEFT, backoff, "monotonic")
+                self.store(b, SHARED_NS, zero, "monotonic")
                 longer = b.mul(backoff, irutil.i64(BACKOFF_GROWTH))
                 self.store(b, BACKOFF, b.select(
                     b.icmp_signed(">", longer, irutil.i64(MAX_BACKOFF_NS)),
                     irutil.i64(MAX_BACKOFF_NS), longer), "monotonic")
             with calm:
-                # Four times the last backoff since running alone, and no verdict: start afresh.
-                since = b.sub(end, self.load(b, ALONE_UNTIL, "monotonic"))
-                with b.if_then(b.icmp_signed(">", since, b.mul(backoff, irutil.i64(4)))):
+                # Shared calls long without a verdict: the next backoff is the first.
+                shared = b.add(self.load(b, SHARED_NS, "monotonic"), wall)
+                self.store(b, SHARED_NS, shared, "monotonic")
+                with b.if_then(b.icmp_signed(">", shared, irutil.i64(CALM_NS))):
                     self.store(b, BACKOFF, irutil.i64(BACKOFF_NS), "monotonic")
         b.branch(unlock)
         b.position_at_end(unlock)
