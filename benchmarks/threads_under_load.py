@@ -8,7 +8,7 @@ default's latency over one thread's (below 1: the pool helps; issue 24 asks for 
 under load).
 
 The models are the zoo's ONNX files (build them with ``make zoo``). Each system is timed in
-rounds, every round after a short pause (as the zoo runner does), and the median is reported.
+rounds, taking turns, each turn after a pause, and the median is reported.
 
 Run: ``python benchmarks/threads_under_load.py [MODEL ...] [--rounds N]``.
 """
@@ -37,10 +37,12 @@ def spin():
         pass
 
 
-def measure(runs, rounds, calls=5, pause=0.02):
+def measure(runs, rounds, calls=5, pause=0.1):
     """The median over ``rounds`` of the mean seconds per call of each of ``runs`` (by name),
     the systems taking turns within each round (so that a machine whose speed drifts slows
-    them alike)."""
+    them alike). The pause before each system's turn outlasts ONNX Runtime's workers, which
+    spin for about 50 ms after a run: within it they would be one more busy core for the
+    next system."""
     for run in runs.values():
         run()
     samples = {name: [] for name in runs}

@@ -51,15 +51,19 @@ def _cases(shapes=SHAPES, ratios=(0, 1, 2)):
 def test_roi_align_float32(features):
     """Each output sums weighted samples that may cancel (a one-channel bin of a few samples
     can come out near zero, where a norm-relative error is float32 rounding magnified), so
-    each is held to 2e-5 of the samples' magnitudes: the reference computed on |x|."""
+    each is held to 2e-5 of the samples' magnitudes (the reference computed on |x|), plus
+    what float32 sample positions move between neighbours: a position a few ulps off a
+    whole pixel (about 1e-6 here) gives the next pixel that weight, which the float64
+    reference gives none, so 1e-5 of the largest |x| on top."""
     flow, inputs = _roi_flow("float32", _cases(SHAPES[:2]) + _cases(SHAPES[2:], ratios=(0,)))
     net = myelin.Compiler(features=features).compile(flow)
     for name, feeds, output, got, want in computed(net, flow, inputs):
         x = next(iter(feeds))
         scale = reference.run(flow, name, {**feeds, x: np.abs(feeds[x])})[output]
+        allowed = 2e-5 * scale + 1e-5 * np.abs(feeds[x]).max()
         error = np.abs(got.astype(np.float64) - want)
-        worst = np.argmax(error - 2e-5 * scale)
-        assert np.all(error <= 2e-5 * scale), (
+        worst = np.argmax(error - allowed)
+        assert np.all(error <= allowed), (
             f"{name}: {output} [{features}] off by {error.flat[worst]:.3g} where the "
             f"samples' magnitudes sum to {scale.flat[worst]:.3g}")
 
