@@ -37,8 +37,9 @@ def random_array(rng, dtype, shape, low=-3.0, high=3.0):
     return rng.uniform(low, high, size=shape).astype(dtype)
 
 
-def relative_error(actual, expected):
-    """``‖actual − expected‖ / ‖expected‖`` in float64 (absolute when expected is zero)."""
+def relative_error(actual, expected, floor=0.0):
+    """``‖actual − expected‖ / max(‖expected‖, floor)`` in float64 (absolute when both are
+    zero)."""
     actual = np.asarray(actual, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     if actual.shape != expected.shape:
@@ -47,7 +48,7 @@ def relative_error(actual, expected):
     same_inf = np.isinf(expected) & (actual == expected)
     mask = ~(both_nan | same_inf)
     diff = np.linalg.norm(actual[mask] - expected[mask])
-    norm = np.linalg.norm(expected[mask])
+    norm = max(np.linalg.norm(expected[mask]), floor)
     return diff / norm if norm > 0 else diff
 
 

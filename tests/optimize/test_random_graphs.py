@@ -35,6 +35,10 @@ def test_compiled_flows_match_the_reference(seed, level):
     net = myelin.Compiler(opt_level=level).compile(flow)
     inputs = random_inputs(flow, np.random.default_rng())
     for name, _, out, got, want in computed(net, flow, inputs):
-        error = relative_error(got, want)
+        # Held to their norm, or to 0.01 an element where they are smaller: an output that
+        # cancels to near zero (a mean of values of both signs, a ReLU of it) keeps float32's
+        # rounding of its inputs' size (a ReLU of three means of 17 was once 4.4e-5 of its
+        # norm off).
+        error = relative_error(got, want, floor=1e-2 * np.sqrt(np.size(want)))
         assert error < 2e-5, (f"opt level {level}, {name}: {out} error {error:.2g}\n"
                               + str(net.cell(name)))
