@@ -2,6 +2,10 @@
 
 * ``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1``: a constant of ones or zeros
   that changes neither the shape nor the type of ``x``;
+* ``x ^ 1``, ``x ^ 2`` and ``x ^ 3`` of floats (the exponent one constant element that changes
+  neither the shape nor the type of ``x``): ``x``, ``Square(x)`` and ``Square(x) * x`` (a
+  general power takes a logarithm and an exponential: GPT-2's GELU cubes its input; the
+  products keep pow's signed zeros, infinities and NaN, and round twice at most);
 * ``Identity``, ``Cast`` to the input's type, ``Reshape`` to the input's (known) shape,
   ``Transpose`` by the identity permutation;
 * ``Transpose(Transpose(x))`` becomes one Transpose of ``x``, ``Reshape(Reshape(x))`` one
@@ -34,6 +38,29 @@ def _neutral(flow, op):
                 and np.all(const.data == value)):
             return forward(flow, op, [x])
     return False
+
+
+def _power(flow, op):
+    """Replace a power of a float by a constant 1, 2 or 3 with products."""
+    x, exponent = op.inputs
+    out = op.outputs[0]
+    if not (exponent.constant and not exponent.learnable and np.size(exponent.data) == 1
+            and x.dtype in dtypes.FLOAT_TYPES and (x.dtype, x.shape) == (out.dtype, out.shape)):
+        return False
+    power = float(np.asarray(exponent.data).reshape(()))
+    if power == 1:
+        return forward(flow, op, [x])
+    if power not in (2, 3):
+        return False
+    func = op.func
+    flow.delete_op(op)
+    square = flow.op(flow.unique_op_name(f"{op.name}/Square"), "Square", func, [x])
+    if power == 2:
+        square.add_output(out)
+        return True
+    square.add_output(flow.var(flow.unique_var_name(f"{square.name}:0"), x.dtype, x.shape))
+    flow.op(flow.unique_op_name(f"{op.name}/Mul"), "Mul", func, [square.outputs[0], x], [out])
+    return True
 
 
 def _chained(op):
@@ -168,7 +195,7 @@ def _integral(value, depth=8):
 
 
 _RULES = {"Identity": lambda flow, op: forward(flow, op, [op.inputs[0]]),
-          "Transpose": _transpose, "Reshape": _reshape, "Cast": _cast,
+          "Transpose": _transpose, "Reshape": _reshape, "Cast": _cast, "Pow": _power,
           **{optype: _neutral for optype in _NEUTRAL}}
 
 

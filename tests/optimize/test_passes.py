@@ -391,6 +391,47 @@ def test_simplify_algebra_drops_a_quantized_round_trip():
         assert producer.type == "Cast" and producer.inputs[0].producer.type == "Cast"
 
 
+def small_powers(f, rng):
+    x = f.var("x", "float32", [2, 9])
+    t = f.tanh(x)
+    f.pow(t, f.const(1.0), name="one")
+    f.pow(t, f.const(2.0), name="two")
+    f.pow(x, f.const(np.full((1, 1), 3, F32)), name="three")
+    f.pow(t, f.const(2.5), name="fractional")                 # stays
+    f.pow(t, f.const(np.full((1, 9), 2, F32)), name="row")    # more than one element: stays
+
+
+def test_simplify_algebra_turns_small_whole_powers_into_products():
+    flow = check_pass(small_powers, simplify_algebra, eliminate_dead_code)
+    producer = {name: flow.vars[f"f/{name}"].producer for name in
+                ("one", "two", "three", "fractional", "row")}
+    assert producer["one"].type in ("Identity", "Tanh")     # (Tanh writes it directly)
+    assert producer["two"].type == "Square"
+    assert producer["three"].type == "Mul"
+    square, x = producer["three"].inputs
+    assert square.producer.type == "Square" and square.producer.inputs == [x]
+    assert x.name == "f/x"
+    assert producer["fractional"].type == producer["row"].type == "Pow"
+
+
+def test_small_whole_powers_as_products_keep_pow_special_values():
+    """Compiled: signed zeros, infinities, NaN, and a cube that overflows, as pow gives them;
+    the rest within two roundings."""
+    flow = myelin.Flow()
+    small_powers(myelin.Builder(flow, "f"), None)
+    net = myelin.Compiler().compile(flow)
+    data = net.cell("f").instance()
+    x = np.array([[0.0, -0.0, np.inf, -np.inf, np.nan, -2.5, 3.1, 1e-20, 1e20]] * 2, F32)
+    data["f/x"] = x
+    data.compute()
+    for name, base, power in (("two", np.tanh(x), 2), ("three", x, 3)):
+        with np.errstate(over="ignore"):
+            got, want = np.asarray(data[f"f/{name}"]), np.power(base, F32(power))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        np.testing.assert_allclose(got, want, rtol=3e-7)
+
+
 def test_removed_ops_keep_function_output_names():
     def make(f, rng):
         x = f.var("x", "float32", [2, 3])
