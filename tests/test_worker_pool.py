@@ -101,7 +101,7 @@ def test_a_straggling_worker_sends_callers_alone():
         alone_left.value = backoff.value = debt.value = shared.value = 0
 
 
-def test_backoff_starts_anew_only_long_after_running_alone(pool):
+def test_backoff_starts_anew_only_after_shared_calls_long_without_a_verdict(pool):
     """A lasting load that costs a little per call takes a while to judge each time: the
     backoff grows through such verdicts and starts anew only once shared calls have taken
     ``CALM_NS`` without one."""
