@@ -37,14 +37,18 @@ def spin():
         pass
 
 
-def measure(runs, rounds, calls=5, pause=0.1):
+def measure(runs, rounds, calls=5, pause=0.1, warm_up=1.0):
     """The median over ``rounds`` of the mean seconds per call of each of ``runs`` (by name),
     the systems taking turns within each round (so that a machine whose speed drifts slows
     them alike). The pause before each system's turn outlasts ONNX Runtime's workers, which
     spin for about 50 ms after a run: within it they would be one more busy core for the
-    next system."""
+    next system. Each system first runs for ``warm_up`` seconds, so that what the last load
+    taught a thread pool (myelin's runs its calls alone for up to 256 ms of their time after
+    a verdict) has run out."""
     for run in runs.values():
-        run()
+        end = time.perf_counter() + warm_up
+        while time.perf_counter() < end:
+            run()
     samples = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
