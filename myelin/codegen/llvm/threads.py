@@ -85,7 +85,8 @@ CALM_NS = 1_000_000_000         # shared calls this long without a verdict: back
 WORKER_STACK = 8 << 20
 _ATTR_BYTES = 128               # room for a pthread_attr_t (56 or 64 bytes on Linux)
 CLOCK_MONOTONIC = 1
-THREAD_CPU_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system())   # CLOCK_THREAD_CPUTIME_ID
+# A thread's processor time (CLOCK_THREAD_CPUTIME_ID), or the wall's where the system has none.
+OWN_CLOCK = {"Linux": 3, "Darwin": 16}.get(platform.system(), CLOCK_MONOTONIC)
 _FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}   # SYS_futex by machine
 # The symbols of the pool's module (a library exported with a C API links and starts it:
 # myelin.aot).
@@ -304,8 +305,6 @@ class _Emitter:
                      "monotonic")
         b.ret_void()
         b.position_at_end(publish)
-        if THREAD_CPU_CLOCK is not None:
-            start_cpu = self.now(b, timespec, THREAD_CPU_CLOCK)
         # Close the last generation first: a worker that read its word (all tasks claimed)
         # and then this call's count, task and context must fail its compare-and-swap.
         old = b.lshr(self.load(b, WORD), irutil.i64(32))
@@ -320,13 +319,11 @@ class _Emitter:
         sleeping = b.icmp_unsigned("!=", self.load(b, SLEEPERS), ir.Constant(I32, 0))
         with b.if_then(sleeping):
             self.futex_call(b, _FUTEX_WAKE, 0x7FFFFFFF)
-        ran = b.call(run_tasks, [generation])
         # This thread's processor time in its tasks (its wall time where there is no such
-        # clock).
-        if THREAD_CPU_CLOCK is not None:
-            own = b.sub(self.now(b, timespec, THREAD_CPU_CLOCK), start_cpu)
-        else:
-            own = b.sub(self.now(b, timespec), start)
+        # clock), read once the workers have their work (it is a system call).
+        start_own = self.now(b, timespec, OWN_CLOCK)
+        ran = b.call(run_tasks, [generation])
+        own = b.sub(self.now(b, timespec, OWN_CLOCK), start_own)
         before_wait = b.block
         b.branch(wait)
         b.position_at_end(wait)
