@@ -110,8 +110,8 @@ def winograd_weight(weight, size):
     """A 3x3 Conv weight ``[M, C, 3, 3]`` in Winograd's form (``G g G^T``, computed in float64)
     packed for ``size`` channels a block, position by position: ``[M/size, 4, 4, C/size, size,
     size]``."""
-    transformed = np.einsum("ik,mckl,jl->mcij", WINOGRAD_G, np.asarray(weight, np.float64),
-                            WINOGRAD_G)
+    # (products of 3x3 matrices batched over [M, C]: a third of einsum's time, same sums)
+    transformed = WINOGRAD_G @ np.asarray(weight, np.float64) @ WINOGRAD_G.T
     packed = block_weight(transformed.astype(np.float32), size, False)
     return np.ascontiguousarray(packed.transpose(0, 2, 3, 1, 4, 5))
 
@@ -121,4 +121,4 @@ def unwinograd_weight(weight):
     (``G^+ U G^+T``: G has full column rank), in float64."""
     inverse = np.linalg.pinv(WINOGRAD_G)
     transformed = unblock_weight(weight.transpose(0, 3, 1, 2, 4, 5), False).astype(np.float64)
-    return np.einsum("ik,mckl,jl->mcij", inverse, transformed, inverse)
+    return inverse @ transformed @ inverse.T
