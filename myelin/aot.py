@@ -116,7 +116,7 @@ def _compile(compiler, flow, target):
     from myelin.codegen.llvm import engine, threads
 
     flow, planned, globals_ = compiler.prepare(flow, target)
-    compiler._place_globals(globals_)
+    compiler._place_globals(globals_, planned)
     symbols, counters = compiler._symbols(planned)
     module, externals, kernels = compiler._emit_module(planned, symbols, counters, target)
     kernels = getattr(kernels, "texts", kernels)      # (KernelFunctions, or its texts)

@@ -17,10 +17,12 @@ import functools
 import itertools
 import json
 import logging
+import math
 import os
 import time
 
 import llvmlite.ir as ir
+import numpy as np
 
 from myelin import limits, optimize
 from myelin.codegen.llvm import (codecache, elementwise, elf, engine, irutil, kernelfunc,
@@ -159,7 +161,7 @@ class Compiler:
         if self.cache:
             self.progress("cache", 0, 0)
         start = time.perf_counter()
-        arrays = self._place_globals(globals_)
+        arrays = self._place_globals(globals_, planned)
         symbols, counters = self._symbols(planned)
         fields = self._cache_fields(flow, planned) if self.cache else None
         loaded = self._load_cached(fields, globals_, counters) if fields and not self.dump \
@@ -191,7 +193,7 @@ class Compiler:
         target = targets.cross(triple, cpu, features)
         flow, planned, globals_ = self.prepare(flow, target)
         start = time.perf_counter()
-        self._place_globals(globals_)
+        self._place_globals(globals_, planned)
         module, _, functions = self._emit_module(planned, *self._symbols(planned), target)
         self.timings["emit"] = time.perf_counter() - start
         start = time.perf_counter()
@@ -372,21 +374,46 @@ class Compiler:
         return code, entry.arrays, ([entry.object] + [k.object for k in kernels],
                                     list(table.values()))
 
-    def _place_globals(self, globals_):
+    def _place_globals(self, globals_, planned):
+        """Give each global of the ``planned`` cells memory (aligned, a constant's holding its
+        values) and its address; returns {name: (spec, array)}. A constant that no step reads
+        as it runs (its kernels packed it at compile time, as a product's weights) stays where
+        its values lie, uncopied: BERT-base's weights were in memory once more for nothing."""
+        read = _read_at_run_time(planned)
         arrays = {}
         for name, spec in globals_.items():
-            memory_block = aligned_zeros(max(spec.size, 1), self.alignment)
-            array = memory_block[:spec.size].view(dtypes.to_numpy(spec.dtype)).reshape(spec.shape)
+            dtype = dtypes.to_numpy(spec.dtype)
             if spec.kind == CONSTANT:
                 data = spec.var.data
-                if data.size != array.size:
+                if data.size != math.prod(spec.shape):
                     raise FlowError(f"constant {name} has {data.size} elements, its shape "
-                                    f"{list(spec.shape)} needs {array.size}")
+                                    f"{list(spec.shape)} needs {math.prod(spec.shape)}")
+                if id(spec) not in read:
+                    array = np.ascontiguousarray(data.reshape(spec.shape), dtype).view()
+                    array.flags.writeable = False
+                    spec.address = array.ctypes.data
+                    arrays[name] = (spec, array)
+                    continue
+            memory_block = aligned_zeros(max(spec.size, 1), self.alignment)
+            array = memory_block[:spec.size].view(dtype).reshape(spec.shape)
+            if spec.kind == CONSTANT:
                 array[...] = data.reshape(spec.shape)
                 array.flags.writeable = False    # (the code may hold its values)
             spec.address = memory_block.ctypes.data
             arrays[name] = (spec, array)
         return arrays
+
+
+def _read_at_run_time(planned):
+    """The ids of the tensors (roots) that some step of the ``planned`` cells reads or writes
+    as it runs: all of a step's but the inputs its kernel packs at compile time."""
+    read = set()
+    for cell in planned:
+        for step in cell.steps:
+            packed = step.kernel.packed_inputs(step)
+            read.update(id(t.root()) for i, t in enumerate(step.inputs) if i not in packed)
+            read.update(id(t.root()) for t in step.outputs)
+    return read
 
 
 def _used(table, object_bytes):

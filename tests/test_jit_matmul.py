@@ -122,6 +122,26 @@ def test_matmul_epilogue_with_constant_weights(threads):
     assert [s.type for s in net.cell("f").steps if not s.noop] == ["FusedMatMul"]
 
 
+def test_packed_weights_are_not_copied():
+    """A constant only a product reads is packed at compile time and never read as the code
+    runs, so the network does not copy it into memory of its own: its global is the flow's
+    array where it lies (read-only); a constant the code reads (the bias) is copied, aligned."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [5, 64])
+    w = f.array("W", random_array(rng, "float32", (64, 48), -1, 1))
+    bias = f.array("b", random_array(rng, "float32", (48,), -1, 1))
+    f.add(f.matmul(x, w), bias, name="y")
+    net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", (5, 64), -1, 1)}}, 3e-5)
+    weights, biases = net.tensor(w).numpy(), net.tensor(bias).numpy()
+    assert np.shares_memory(weights, w.data) and np.array_equal(weights, w.data)
+    assert not np.shares_memory(biases, bias.data) and np.array_equal(biases, bias.data)
+    assert biases.ctypes.data % 64 == 0
+    with pytest.raises(myelin.InputError, match="constant"):
+        net[w] = np.zeros((64, 48), np.float32)
+
+
 def test_threads_option_is_checked():
     with pytest.raises(myelin.CompileError):
         myelin.Compiler(threads=0)

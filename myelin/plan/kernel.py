@@ -3,10 +3,11 @@
 The compiler asks each kernel registered for an op type, in order, whether it ``supports`` a
 step; the first that does is used. The kernel then names itself in dumps (``kernel_name``,
 ``variant``) and tells the memory planner whether its output is only a view of its input
-(``view``: no code at all) and which inputs an output may overwrite (``inplace``). The CPU's
-kernels (:class:`myelin.codegen.llvm.kernels.base.Kernel`) and the GPU's
-(:class:`myelin.codegen.cuda.kernels.base.CudaKernel`) add how they generate code. A step whose
-outputs are all empty gets :data:`EMPTY` instead, whichever the back end.
+(``view``: no code at all), which inputs an output may overwrite (``inplace``) and which it
+reads at compile time only (``packed_inputs``: a constant nothing else reads is not copied
+into the network's memory). The CPU's kernels (:class:`myelin.codegen.llvm.kernels.base.Kernel`)
+and the GPU's (:class:`myelin.codegen.cuda.kernels.base.CudaKernel`) add how they generate
+code. A step whose outputs are all empty gets :data:`EMPTY` instead, whichever the back end.
 """
 
 
@@ -32,6 +33,11 @@ class PlannedKernel:
     def inplace(self, step):
         """Indices of inputs whose storage output 0 may reuse when they die at this step."""
         return []
+
+    def packed_inputs(self, step):
+        """Indices of inputs whose values the kernel takes at compile time only (packing a
+        constant into arrays of its own): its code never reads those tensors as it runs."""
+        return ()
 
 
 class EmptyKernel(PlannedKernel):

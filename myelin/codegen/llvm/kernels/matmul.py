@@ -151,8 +151,7 @@ class Plan:
             m, batch = m * math.prod(batch), ()
         vectors, rows = _tiling(ctx.target, m, step.choice)
         panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
-        root = b.root()
-        if root.kind == CONSTANT and root.var is not None and root.var.data is not None:
+        if _constant(b):
             packing = "compile"
         elif trans_b or (panel_bytes <= PACK_BUFFER_BYTES and m >= PACK_MIN_TILES * rows):
             packing = "run"          # B transposed is always packed: its columns are rows
@@ -249,6 +248,16 @@ class MatMulKernel(Kernel):
     def kept(self, ctx, step):
         packed = _packed(step, Plan.for_matmul(ctx, step))
         return [] if packed is None else [packed]
+
+    def packed_inputs(self, step):
+        return (1,) if _constant(step.inputs[1]) else ()
+
+
+def _constant(b):
+    """Whether a product's B is a constant whose values are known at compile time (then
+    packed into panels once, and never read as the code runs)."""
+    root = b.root()
+    return root.kind == CONSTANT and root.var is not None and root.var.data is not None
 
 
 def _packed(step, plan):
