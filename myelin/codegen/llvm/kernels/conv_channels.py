@@ -112,6 +112,9 @@ class ConvChannelsKernel(Kernel):
     def kept(self, ctx, step):
         return [_packed(step, *_plan(ctx, step))]
 
+    def packed_inputs(self, step):
+        return (1,)          # (the weights: constant, see supports)
+
 
 def _plan(ctx, step):
     """(geometry, :class:`_Plan`) of a ConvChannels ``step``."""

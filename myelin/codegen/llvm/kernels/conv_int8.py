@@ -114,6 +114,9 @@ class ConvInt8Kernel(Kernel):
     def kept(self, ctx, step):
         return [_packed(step, _Plan(ctx, step, _geometry(step)))]
 
+    def packed_inputs(self, step):
+        return (1,)          # (the weights: constant, see supports)
+
 
 class _Task(_ConvTask):
     """A task of a ConvInteger: an image and group, a block of its output channels and a

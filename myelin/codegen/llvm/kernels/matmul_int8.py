@@ -155,6 +155,9 @@ class MatMulInt8Kernel(Kernel):
         packed, sums = _packed(step, _Plan(ctx, step))
         return [packed] if sums is None else [packed, sums]
 
+    def packed_inputs(self, step):
+        return (1,)          # (the weights: constant, see supports)
+
 
 class _Task(Task):
     """A task: a block of A's rows, packed on the stack as the multiply-add reads them, by a
