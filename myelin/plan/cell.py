@@ -75,6 +75,13 @@ class TensorSpec:
             tensor = tensor.view_of
         return tensor
 
+    def constant_data(self):
+        """The values of this tensor's storage (its root) if that is a constant whose values
+        are known at compile time, else None."""
+        root = self.root()
+        var = getattr(root, "var", None)
+        return var.data if root.kind == CONSTANT and var is not None else None
+
     def owner(self):
         """(the tensor that owns this one's storage, following views and slices, and this
         one's byte offset in it)."""

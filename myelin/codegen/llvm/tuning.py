@@ -119,7 +119,8 @@ class Tuner:
             "options": options,
             "op": step.type,
             "attrs": {name: str(value) for name, value in sorted(step.attrs.items())},
-            "inputs": [[t.dtype, list(t.shape), _constant(t) is not None] for t in step.inputs],
+            "inputs": [[t.dtype, list(t.shape), t.constant_data() is not None]
+                       for t in step.inputs],
             "outputs": [[t.dtype, list(t.shape)] for t in step.outputs],
             "threads": self.threads,
             "alignment": self.alignment,
@@ -223,7 +224,7 @@ class _StepCell:
     def _copy(self, tensor, is_output):
         """A tensor of the cell like ``tensor``: an output, a constant holding the same data
         at an address of its own, or an input."""
-        data = None if is_output else _constant(tensor)
+        data = None if is_output else tensor.constant_data()
         kind = OUTPUT if is_output else INPUT if data is None else CONSTANT
         spec = TensorSpec(tensor.name, tensor.dtype, tuple(tensor.shape), kind,
                           alignment=self.alignment)
@@ -273,15 +274,6 @@ class _StepCell:
         if status:
             raise MyelinError(f"step {self.step.name} failed on random inputs while tuning")
         return elapsed
-
-
-def _constant(tensor):
-    """The data of ``tensor`` if it is (a view of) a constant with data, else None."""
-    root = tensor.root()
-    var = getattr(root, "var", None)
-    if root.kind == CONSTANT and var is not None and var.data is not None:
-        return var.data
-    return None
 
 
 def _random(rng, dtype, shape):

@@ -37,7 +37,6 @@ from myelin.codegen.llvm.kernels.matmul import (
 )
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
-from myelin.plan.cell import CONSTANT
 
 A_BYTES = 512 << 10   # the packed taps of a task's pixels
 FILL = 0.9            # pixel panels filled less than this put the channels in the lanes
@@ -72,8 +71,7 @@ class ConvChannelsKernel(Kernel):
     def supports(self, step, target):
         if not _GEMM.supports(step, target):
             return False
-        w = step.inputs[1].root()
-        if w.kind != CONSTANT or w.var is None or w.var.data is None:
+        if step.inputs[1].constant_data() is None:
             return False
         g = conv_ops.geometry(fused_ops.conv_part(step))
         if g.group != 1:
@@ -127,7 +125,7 @@ def _plan(ctx, step):
 
 def _packed(step, g, plan):
     """The step's weights, packed for ``plan`` (taps by channel panels)."""
-    weights = np.asarray(step.inputs[1].root().var.data).reshape(g.out_channels, plan.k)
+    weights = np.asarray(step.inputs[1].constant_data()).reshape(g.out_channels, plan.k)
     return pack_constant(weights.T, plan)
 
 

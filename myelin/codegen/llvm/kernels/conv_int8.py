@@ -35,7 +35,6 @@ from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import ValueType
 from myelin.ops.quantized import conv_part
-from myelin.plan.cell import CONSTANT
 
 I16 = ir.IntType(16)
 I32 = irutil.I32
@@ -61,7 +60,7 @@ def _packed(step, plan):
     """The weights [M, C / G, kernel...] as [M, taps, channel pairs] of int16 pairs in int32
     (a group's rows one after the other)."""
     w = step.inputs[1]
-    data = np.asarray(w.root().var.data).reshape(w.shape)
+    data = np.asarray(w.constant_data()).reshape(w.shape)
     m, channels = data.shape[:2]
     taps = data.reshape(m, channels, plan.taps).transpose(0, 2, 1)
     padded = np.zeros((m, plan.taps, 2 * plan.pairs), np.int16)
@@ -82,8 +81,7 @@ class ConvInt8Kernel(Kernel):
     def supports(self, step, target):
         if step.type != "ConvInteger" or not 3 <= len(step.inputs[0].shape) <= 5:
             return False
-        root = step.inputs[1].root()
-        if root.kind != CONSTANT or root.var is None or root.var.data is None:
+        if step.inputs[1].constant_data() is None:
             return False
         g = _geometry(step)
         return math.prod(g.input) * g.in_channels < 2 ** 31

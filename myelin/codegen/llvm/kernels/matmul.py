@@ -32,7 +32,6 @@ from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import PARALLEL_WORK, TASKS_PER_THREAD, Kernel
 from myelin.codegen.llvm.kernels.conv import ival
 from myelin.flow import dtypes
-from myelin.plan.cell import CONSTANT
 
 VECTORS = 2                   # vectors per tile row
 ACCUMULATORS = 8              # independent multiply-add chains a tile keeps at least
@@ -151,7 +150,7 @@ class Plan:
             m, batch = m * math.prod(batch), ()
         vectors, rows = _tiling(ctx.target, m, step.choice)
         panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
-        if _constant(b):
+        if b.constant_data() is not None:
             packing = "compile"
         elif trans_b or (panel_bytes <= PACK_BUFFER_BYTES and m >= PACK_MIN_TILES * rows):
             packing = "run"          # B transposed is always packed: its columns are rows
@@ -250,14 +249,8 @@ class MatMulKernel(Kernel):
         return [] if packed is None else [packed]
 
     def packed_inputs(self, step):
-        return (1,) if _constant(step.inputs[1]) else ()
-
-
-def _constant(b):
-    """Whether a product's B is a constant whose values are known at compile time (then
-    packed into panels once, and never read as the code runs)."""
-    root = b.root()
-    return root.kind == CONSTANT and root.var is not None and root.var.data is not None
+        # (a constant B is packed into panels at compile time: see Plan.for_matmul)
+        return (1,) if step.inputs[1].constant_data() is not None else ()
 
 
 def _packed(step, plan):
@@ -265,7 +258,7 @@ def _packed(step, plan):
     if plan.packing != "compile":
         return None
     b = step.inputs[1]
-    data = np.asarray(b.root().var.data).reshape(b.shape)
+    data = np.asarray(b.constant_data()).reshape(b.shape)
     return pack_constant(np.swapaxes(data, -1, -2) if plan.trans_b else data, plan)
 
 
@@ -620,7 +613,8 @@ def _tile_function(module, shape, madd):
     The k loop is a function of its own so that LLVM allocates its registers alone: inline in
     a large task, it may spill accumulators inside the loop."""
     dtype, rows, vectors, lanes, split = shape[:5]
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * 3 + [irutil.I64] * 2),
+    arguments = [irutil.PTR] * 3 + [irutil.I64] * 2
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
                            module.get_unique_name("matmul.tile"))
     function.linkage = "internal"
     function.attributes.add("nounwind")

@@ -33,7 +33,6 @@ from myelin.codegen.llvm import irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel
 from myelin.codegen.llvm.kernels.conv import ival
 from myelin.codegen.llvm.kernels.matmul import Plan, Task, choices, pack_constant
-from myelin.plan.cell import CONSTANT
 
 A_BYTES = 128 << 10     # the packed rows of A of a task (on its stack)
 I32 = ir.IntType(32)
@@ -109,7 +108,7 @@ class _Plan(Plan):
 def _packed(step, plan):
     """(the weights in panels of int32 groups, their column sums or None) for ``plan``."""
     w = step.inputs[1]
-    data = np.asarray(w.root().var.data).reshape(w.shape)
+    data = np.asarray(w.constant_data()).reshape(w.shape)
     depth, n = data.shape
     per_lane = plan.found.per_lane
     padded = np.zeros((plan.k * per_lane, n), np.int16 if per_lane == 2 else np.int8)
@@ -132,8 +131,7 @@ class MatMulInt8Kernel(Kernel):
     def supports(self, step, target):
         if step.type != "MatMulInteger":
             return False
-        root = step.inputs[1].root()
-        return root.kind == CONSTANT and root.var is not None and root.var.data is not None
+        return step.inputs[1].constant_data() is not None
 
     def variant(self, step, target):
         return f"{target.isa()}{product(target, step.inputs[1].dtype).name}"
