@@ -25,6 +25,18 @@ def poison(data):
             view[...] = np.iinfo(view.dtype).max // 3
 
 
+def registry_domains(inputs):
+    """{op type: its registry ``domain``} of the element-wise ops of ``inputs`` inputs that
+    have one: where tests draw their inputs."""
+    found = {}
+    for op_type in myelin.ops.types():
+        opdef = myelin.ops.lookup(op_type)
+        if (opdef.domain is not None and opdef.inputs == (inputs, inputs)
+                and opdef.kind in (myelin.ops.Kind.ELEMWISE, myelin.ops.Kind.BROADCAST)):
+            found[op_type] = opdef.domain
+    return found
+
+
 def random_array(rng, dtype, shape, low=-3.0, high=3.0):
     """Fresh random values of ``dtype`` (never all zeros)."""
     dtype = np.dtype(dtype)

@@ -5,35 +5,20 @@ import numpy as np
 import pytest
 
 import myelin
-from jitcheck import PRESETS, random_array, run_and_compare
+from jitcheck import PRESETS, random_array, registry_domains, run_and_compare
 
 SIZES = list(range(1, 34)) + [64, 127, 128, 256]
 
-# op -> (low, high) of the random inputs, chosen inside the op's domain.
-UNARY_FLOAT = {
-    "Neg": (-5, 5), "Abs": (-5, 5), "Sign": (-5, 5), "Relu": (-5, 5), "Square": (-5, 5),
-    "Sqrt": (0.01, 10), "Rsqrt": (0.01, 10), "Reciprocal": (0.5, 5), "Exp": (-10, 10),
-    "Log": (0.01, 100), "Sigmoid": (-10, 10), "Tanh": (-5, 5), "Erf": (-3, 3),
-    "Softsign": (-5, 5), "Softplus": (-10, 10), "LogSigmoid": (-10, 10), "Floor": (-5, 5),
-    "Ceil": (-5, 5), "Round": (-5, 5), "Trunc": (-5, 5), "Sin": (-10, 10), "Cos": (-10, 10),
-    "Tan": (-1.2, 1.2), "Cot": (0.2, 1.4), "Sec": (-1.2, 1.2), "Csc": (0.2, 3),
-    "Asin": (-0.99, 0.99), "Acos": (-0.99, 0.99), "Atan": (-10, 10), "Acot": (0.1, 10),
-    "Asec": (1.01, 10), "Acsc": (1.01, 10), "Sinh": (-5, 5), "Cosh": (-5, 5),
-    "Coth": (0.1, 5), "Sech": (-5, 5), "Csch": (0.1, 5), "Asinh": (-10, 10),
-    "Acosh": (1.01, 10), "Atanh": (-0.99, 0.99), "Acoth": (1.01, 10), "Asech": (0.01, 0.99),
-    "Acsch": (0.1, 10), "Gelu": (-5, 5), "Identity": (-5, 5),
-}
-BINARY_FLOAT = {
-    "Add": ((-5, 5), (-5, 5)), "Sub": ((-5, 5), (-5, 5)), "Mul": ((-5, 5), (-5, 5)),
-    "Div": ((-5, 5), (0.5, 5)), "Minimum": ((-5, 5), (-5, 5)),
-    "Maximum": ((-5, 5), (-5, 5)), "Pow": ((0.1, 3), (-2, 2)),
-}
+# op -> (low, high) of the random inputs (of each input for binary ops): the registry's domain.
+UNARY_FLOAT = registry_domains(1)
+BINARY_FLOAT = registry_domains(2)
 UNARY_INT = ["Neg", "Abs", "Sign", "Relu", "Square", "Identity"]
 BINARY_INT = ["Add", "Sub", "Mul", "Div", "Minimum", "Maximum"]
 COMPARISONS = ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"]
 TOLERANCE = {"float32": 3e-6, "float64": 1e-12}
 # Shapes of (x, y) for the broadcasting cases.
-BROADCASTS = [((3, 7), (7,)), ((5, 1), (1, 6)), ((), (9,)), ((4, 1, 3), (2, 3)), ((2, 3, 17), (2, 1, 17))]
+BROADCASTS = [((3, 7), (7,)), ((5, 1), (1, 6)), ((), (9,)), ((4, 1, 3), (2, 3)),
+              ((2, 3, 17), (2, 1, 17))]
 
 
 def _unary_flow(op_type, dtype, attrs=None):

@@ -159,7 +159,7 @@ class Builder(ControlFlow):
         shape = max((v.shape for v in inputs), key=len, default=())
         return ops.TensorType(inputs[0].dtype if inputs else DT_FLOAT, shape)
 
-    # Math not covered by the generated one-op helpers below.
+    # Math the one-op helpers the registry gives (_install_helpers, below) do not cover.
     def cast(self, x, dtype, name=None):
         """``x`` converted to ``dtype``."""
         return self.op("Cast", [x], name, {"dtype": dtype})
@@ -323,57 +323,35 @@ class Builder(ControlFlow):
         return value if isinstance(value, Variable) else self.const(value, DT_INT32)
 
 
-# One-op helpers: method name -> op type.
-_UNARY_HELPERS = {
-    "neg": "Neg", "abs": "Abs", "sign": "Sign", "relu": "Relu", "square": "Square",
-    "sqrt": "Sqrt", "rsqrt": "Rsqrt", "rcp": "Reciprocal", "exp": "Exp", "log": "Log",
-    "sigmoid": "Sigmoid", "tanh": "Tanh", "erf": "Erf", "softsign": "Softsign",
-    "softplus": "Softplus", "log_sigmoid": "LogSigmoid", "floor": "Floor", "ceil": "Ceil",
-    "round": "Round", "trunc": "Trunc", "sin": "Sin", "cos": "Cos", "tan": "Tan", "cot": "Cot",
-    "sec": "Sec", "csc": "Csc", "asin": "Asin", "acos": "Acos", "atan": "Atan", "acot": "Acot",
-    "asec": "Asec", "acsc": "Acsc", "sinh": "Sinh", "cosh": "Cosh", "coth": "Coth",
-    "sech": "Sech", "csch": "Csch", "asinh": "Asinh", "acosh": "Acosh", "atanh": "Atanh",
-    "acoth": "Acoth", "asech": "Asech", "acsch": "Acsch", "identity": "Identity",
-    "logical_not": "Not",
-}
-_BINARY_HELPERS = {
-    "add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "minimum": "Minimum",
-    "maximum": "Maximum", "pow": "Pow", "equal": "Equal", "not_equal": "NotEqual",
-    "less": "Less", "less_equal": "LessEqual", "greater": "Greater",
-    "greater_equal": "GreaterEqual", "logical_and": "And", "logical_or": "Or",
-    "logical_xor": "Xor",
-}
-_REDUCE_HELPERS = {"sum": "Sum", "product": "Product", "min": "Min", "max": "Max", "all": "All",
-                   "any": "Any", "mean": "Mean"}
-
-
-def _unary_helper(optype):
-    def method(self, x, name=None):
-        return self.op(optype, [x], name)
-    return method
-
-
-def _binary_helper(optype):
-    def method(self, x, y, name=None):
-        return self.op(optype, [x, y], name)
-    return method
-
-
-def _reduce_helper(optype):
-    def method(self, x, axis=None, keepdims=None, name=None):
-        return self.reduce(optype, x, axis, keepdims, name)
+def _helper(opdef):
+    """The Builder method of ``opdef``'s op: ``method(x, [y,] name=None, **attrs)`` for an
+    element-wise op, ``method(x, axis=None, keepdims=None, name=None)`` for a reduction."""
+    optype = opdef.type
+    if opdef.kind == ops.Kind.REDUCTION:
+        def method(self, x, axis=None, keepdims=None, name=None):
+            return self.reduce(optype, x, axis, keepdims, name)
+    elif opdef.inputs == (1, 1):
+        def method(self, x, name=None, **attrs):
+            return self.op(optype, [x], name, attrs or None)
+    else:
+        def method(self, x, y, name=None, **attrs):
+            return self.op(optype, [x, y], name, attrs or None)
     return method
 
 
 def _install_helpers():
-    for table, factory in [(_UNARY_HELPERS, _unary_helper), (_BINARY_HELPERS, _binary_helper),
-                           (_REDUCE_HELPERS, _reduce_helper)]:
-        for method_name, optype in table.items():
-            method = factory(optype)
-            method.__name__ = method_name
-            method.__qualname__ = f"Builder.{method_name}"
-            method.__doc__ = f"A {optype} op: {ops.lookup(optype).doc}."
-            setattr(Builder, method_name, method)
+    """A method for each registered op the registry gives one (:func:`myelin.ops.helper`),
+    unless the Builder defines it itself (``cast``, ``gelu``, ``count``, ...)."""
+    for optype in ops.types():
+        opdef = ops.lookup(optype)
+        method_name = ops.helper(opdef)
+        if method_name is None or method_name in Builder.__dict__:
+            continue
+        method = _helper(opdef)
+        method.__name__ = method_name
+        method.__qualname__ = f"Builder.{method_name}"
+        method.__doc__ = f"A {optype} op: {opdef.doc}."
+        setattr(Builder, method_name, method)
 
 
 _install_helpers()

@@ -8,7 +8,7 @@ Each importer's node context (:class:`myelin.importers.onnx.context.NodeContext`
 
 import numpy as np
 
-from myelin import limits
+from myelin import limits, ops
 from myelin.errors import ShapeError
 from myelin.flow import dtypes
 from myelin.optimize import fold
@@ -84,7 +84,17 @@ class ConverterContext:
 
 
 def same_op(op_type):
-    """The converter of a node that is one myelin op of type ``op_type`` on the same inputs."""
+    """The converter of a node that is one myelin op of type ``op_type`` on the same inputs,
+    with those of the op's attributes that the node has."""
+    declared = ops.lookup(op_type).attrs
+
     def convert(ctx):
-        return ctx.op(op_type, ctx.inputs)
+        return ctx.op(op_type, ctx.inputs, {name: ctx.attr(name, None) for name in declared})
     return convert
+
+
+def one_to_one(front_end, converter):
+    """Give each op the registry names for ``front_end`` (:func:`myelin.ops.named`) the
+    converter :func:`same_op`, through the importer's ``converter(name)`` decorator."""
+    for name, op_type in ops.named(front_end).items():
+        converter(name)(same_op(op_type))

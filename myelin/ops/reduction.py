@@ -203,10 +203,10 @@ def _define_all():
                        gradient=_GRADIENTS.get(optype)))
     arg_attrs = {**_ATTRS, "select_last_index": False, "dtype": "int32"}
     register(OpDef("ArgMax", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmax),
-                   attrs=dict(arg_attrs),
+                   attrs=dict(arg_attrs), helper="argmax",
                    doc="int32 (or int64) index of the maximum (first on ties, or last)"))
     register(OpDef("ArgMin", Kind.REDUCTION, _arg_infer, _arg_reference(np.argmin),
-                   attrs=dict(arg_attrs),
+                   attrs=dict(arg_attrs), helper="argmin",
                    doc="int32 (or int64) index of the minimum (first on ties, or last)"))
 
 

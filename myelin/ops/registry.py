@@ -1,18 +1,23 @@
 """The op registry: one :class:`OpDef` per op type, the single place for facts about an op.
 
 An entry holds the op's attributes, its shape and type rule (``infer``), its fusion kind and
-its float64 NumPy reference implementation (``reference``). Passes, the interpreter and the
-back ends look ops up here instead of keeping tables of their own. User code registers custom
-ops with :func:`register`.
+its float64 NumPy reference implementation (``reference``), and for element-wise ops the
+facts the other layers derive their tables from: the Builder method (:func:`helper`), the
+names the importers convert one to one (``names``), the inputs tests draw (``domain``), and
+for composite ops the expansion into other ops that back ends lower instead (:func:`expand`).
+Passes, the interpreter, the Builder, the importers and the back ends look ops up here instead
+of keeping tables of their own. User code registers custom ops with :func:`register`.
 """
 
 import dataclasses
 import enum
+import re
 from typing import Callable
 
 import numpy as np
 
 from myelin.errors import ShapeError, UnsupportedOpError
+from myelin.flow.attributes import Attributes
 
 
 class Kind(enum.IntEnum):
@@ -50,6 +55,15 @@ class OpDef:
     count, None when it depends on the op (Split). ``gradient(g)`` is the op's gradient rule
     (None: the op is not differentiable): it adds the adjoint terms of the op's inputs through
     ``g``, a :class:`myelin.autodiff.context.OpContext`.
+
+    ``names`` maps a front end (``"onnx"``, ``"tensorflow"``, ``"torch"``) to the names of its
+    ops that are this op exactly, on the same inputs and attributes (its importer converts
+    them one to one; ATen names without ``aten.``). ``helper`` is the name of the Builder
+    method that makes the op ("" derives it, :func:`helper`; None: no method). ``domain`` is
+    the (low, high) of the real inputs where the op is defined and smooth: tests draw from it.
+    ``expansion(e, args, attrs)``, for a composite op, builds its value from other ops
+    through an expander ``e`` (:func:`expand`); a back end that has no lowering of its own
+    for the op lowers the expansion.
     """
 
     type: str
@@ -61,6 +75,10 @@ class OpDef:
     outputs: int = 1
     doc: str = ""
     gradient: Callable | None = None
+    names: dict = dataclasses.field(default_factory=dict)
+    helper: str | None = ""
+    domain: tuple | None = None
+    expansion: Callable | None = None
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -97,6 +115,79 @@ def types():
     return sorted(_REGISTRY)
 
 
+def named(front_end):
+    """{name: op type} of the ops ``front_end`` (a key of :attr:`OpDef.names`) has one to one."""
+    return {name: opdef.type for opdef in _REGISTRY.values()
+            for name in opdef.names.get(front_end, ())}
+
+
+def helper(opdef):
+    """The name of the Builder method that makes ``opdef``'s op, or None: its ``helper``, or
+    for an element-wise op of one or two inputs and for a reduction, the op type in
+    snake_case (``LogSigmoid``: ``log_sigmoid``)."""
+    if opdef.helper is None or opdef.helper:
+        return opdef.helper
+    fixed = opdef.inputs in ((1, 1), (2, 2)) and opdef.kind in (Kind.ELEMWISE, Kind.BROADCAST)
+    if fixed or opdef.kind == Kind.REDUCTION:
+        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", opdef.type).lower()
+    return None
+
+
+class Expander:
+    """What an expansion builds an ``op_type`` op with attributes ``attrs`` (a flow
+    ``Attributes``) from: ``op(type, *args)`` applies an op, ``const(value)`` makes a constant
+    of the op's type and ``attribute(name)`` reads an attribute (as :func:`attribute`); a back
+    end's subclass lowers ``op`` and ``const`` to its code."""
+
+    def __init__(self, op_type, attrs):
+        self.op_type = op_type
+        self.attrs = attrs
+
+    def op(self, op_type, *args):
+        raise NotImplementedError
+
+    def const(self, value):
+        raise NotImplementedError
+
+    def attribute(self, name):
+        return _typed(self.op_type, self.attrs, name)
+
+
+def expand(expander, args):
+    """The value of the composite op ``expander.op_type`` applied to ``args``, built by
+    ``expander`` (:class:`Expander`) from its registry entry's expansion; None if it has
+    none."""
+    opdef = find(expander.op_type)
+    if opdef is None or opdef.expansion is None:
+        return None
+    return opdef.expansion(expander, *args)
+
+
+class _Uses(Expander):
+    """An expander that records the op types an expansion applies."""
+
+    def __init__(self, op_type):
+        super().__init__(op_type, Attributes())
+        self.types = set()
+
+    def op(self, op_type, *args):
+        self.types.add(op_type)
+        return op_type
+
+    def const(self, value):
+        return value
+
+
+def expansion_uses(op_type):
+    """The op types the expansion of ``op_type`` applies (with its default attributes), or
+    None if it has no expansion."""
+    uses = _Uses(op_type)
+    opdef = find(op_type)
+    if opdef is None or expand(uses, [op_type] * opdef.inputs[0]) is None:
+        return None
+    return uses.types
+
+
 def check_supported(ops):
     """Raise UnsupportedOpError naming every op in ``ops`` whose type has no definition.
 
@@ -118,8 +209,12 @@ def attribute(op, name):
     An absent attribute reads as that default. Defaults that are bool, int, float or str select
     the parser; a None default gives the raw string (or None when absent).
     """
-    default = lookup(op.type).attrs[name]
-    attrs = op.attrs
+    return _typed(op.type, op.attrs, name)
+
+
+def _typed(op_type, attrs, name):
+    """Attribute ``name`` of an ``op_type`` op with attributes ``attrs`` (see attribute)."""
+    default = lookup(op_type).attrs[name]
     if isinstance(default, bool):
         return attrs.get_bool(name, default)
     if isinstance(default, int):

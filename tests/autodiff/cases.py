@@ -8,28 +8,17 @@ domain, away from points where it is not differentiable.
 
 import numpy as np
 
+import myelin
 from gradcheck import Case, Input
+from jitcheck import registry_domains
 
-# Unary element-wise ops: (low, high) of their inputs.
-UNARY = {
-    "Neg": (-3, 3), "Abs": (-3, 3), "Sign": (-3, 3), "Relu": (-3, 3), "Square": (-3, 3),
-    "Sqrt": (0.1, 5), "Rsqrt": (0.1, 5), "Reciprocal": (0.5, 5), "Exp": (-3, 3),
-    "Log": (0.1, 10), "Sigmoid": (-5, 5), "Tanh": (-3, 3), "Erf": (-2, 2),
-    "Softsign": (-3, 3), "Softplus": (-5, 5), "LogSigmoid": (-5, 5), "Floor": (-3, 3),
-    "Ceil": (-3, 3), "Round": (-3, 3), "Trunc": (-3, 3), "Sin": (-3, 3), "Cos": (-3, 3),
-    "Tan": (-1.2, 1.2), "Cot": (0.2, 1.4), "Sec": (-1.2, 1.2), "Csc": (0.2, 3),
-    "Asin": (-0.9, 0.9), "Acos": (-0.9, 0.9), "Atan": (-5, 5), "Acot": (0.1, 5),
-    "Asec": (1.1, 5), "Acsc": (1.1, 5), "Sinh": (-3, 3), "Cosh": (-3, 3), "Coth": (0.3, 3),
-    "Sech": (-3, 3), "Csch": (0.3, 3), "Asinh": (-5, 5), "Acosh": (1.1, 5),
-    "Atanh": (-0.9, 0.9), "Acoth": (1.1, 5), "Asech": (0.1, 0.9), "Acsch": (0.1, 5),
-    "Identity": (-3, 3), "Dropout": (-3, 3),
-}
-# Binary ops: (low, high) of each input.
-BINARY = {
-    "Add": ((-3, 3), (-3, 3)), "Sub": ((-3, 3), (-3, 3)), "Mul": ((-3, 3), (-3, 3)),
-    "Div": ((-3, 3), (0.5, 3)), "Minimum": ((-3, 3), (-3, 3)),
-    "Maximum": ((-3, 3), (-3, 3)), "Pow": ((0.5, 2), (-2, 2)),
-}
+# Element-wise ops with a gradient and no attributes: the registry's (low, high) of their
+# inputs (of each input for binary ops).
+UNARY = {op_type: domain for op_type, domain in registry_domains(1).items()
+         if myelin.ops.lookup(op_type).gradient and not myelin.ops.lookup(op_type).attrs}
+UNARY["Dropout"] = (-3, 3)
+BINARY = {op_type: domain for op_type, domain in registry_domains(2).items()
+          if myelin.ops.lookup(op_type).gradient and not myelin.ops.lookup(op_type).attrs}
 # Shapes of the two inputs of a binary op: equal, and broadcast in several ways.
 BROADCASTS = [((2, 9), (2, 9)), ((3, 7), (7,)), ((5, 1), (1, 6)), ((), (9,)),
               ((4, 1, 3), (2, 3))]

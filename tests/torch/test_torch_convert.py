@@ -168,6 +168,22 @@ def test_elementwise():
     check(_Elementwise(), torch.randn(3, 8))
 
 
+class _NearZero(nn.Module):
+    def forward(self, x):
+        return (torch.log1p(x), torch.expm1(x), torch.erfc(x * 1e8), torch.exp2(x * 1e8),
+                torch.log2(x.abs()))
+
+
+def test_functions_accurate_near_zero_and_in_tails():
+    """log1p and expm1 of tiny x keep their digits (log(1 + x) and exp(x) - 1 lose them all in
+    float32 below 6e-8), erfc keeps its right tail (1 - erf(x) is 0 from x = 4)."""
+    x = torch.tensor([1e-10, -3e-9, 2e-8, 4.5e-8, -1e-7, 1e-6, 0.0, -0.0])
+    module = _NearZero().eval()
+    compiled = myelin.torch.compile(module, (x,))
+    for got, want in zip(compiled(x), eager(module, x)):
+        torch.testing.assert_close(got, want, rtol=3e-6, atol=0)
+
+
 def test_float64_and_float16_modules():
     module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).double()
     check(module, torch.randn(5, 8, dtype=torch.float64))

@@ -9,11 +9,14 @@ follows the same semantics: NaN-propagating Minimum/Maximum, integer division tr
 zero with ``x / 0 = 0``, wrapping integer arithmetic, ...). float16 is computed in float, so it
 uses the ``f`` functions of CUDA's math library (``expf``, ``erff``); float64 the others. Helpers
 too long for one expression (integer division, Mod, BitShift) are templates of the module prelude
-(:mod:`~myelin.codegen.cuda.support`).
+(:mod:`~myelin.codegen.cuda.support`). A composite op that is not in the table is written as its
+registry expansion (:func:`myelin.ops.expand`).
 """
 
+from myelin import ops
 from myelin.codegen.cuda import cudatypes
 from myelin.errors import CompileError
+from myelin.flow.attributes import Attributes
 
 
 def _fn(name, dtype):
@@ -108,18 +111,6 @@ def _recip(value, dtype):
     return f"({_one(dtype)} / {value})"
 
 
-def _reciprocal_of(name):
-    def generate(args, types, out, attrs):
-        return _recip(f"{_fn(name, out)}({args[0]})", out)
-    return generate
-
-
-def _of_reciprocal(name):
-    def generate(args, types, out, attrs):
-        return f"{_fn(name, out)}({_recip(args[0], out)})"
-    return generate
-
-
 def _rsqrt(args, types, out, attrs):
     return f"{'rsqrt' if out == 'float64' else 'rsqrtf'}({args[0]})"
 
@@ -143,11 +134,6 @@ def _log_sigmoid(args, types, out, attrs):
     zero = _zero(out)
     return (f"(({x} < {zero} ? {x} : {zero}) - "
             f"{_fn('log1p', out)}({_fn('exp', out)}(-{_fn('fabs', out)}({x}))))")
-
-
-def _softsign(args, types, out, attrs):
-    (x,) = args
-    return f"({x} / ({_one(out)} + {_fn('fabs', out)}({x})))"
 
 
 def _gelu(args, types, out, attrs):
@@ -234,12 +220,16 @@ _TABLE = {
     "Round": _call("rint"),
     "Trunc": _call("trunc"),
     "Exp": _call("exp"),
+    "Exp2": _call("exp2"),
+    "Expm1": _call("expm1"),
     "Log": _call("log"),
+    "Log2": _call("log2"),
+    "Log1p": _call("log1p"),
     "Erf": _call("erf"),
+    "Erfc": _call("erfc"),
     "Sigmoid": _sigmoid,
     "Softplus": _softplus,
     "LogSigmoid": _log_sigmoid,
-    "Softsign": _softsign,
     "Gelu": _gelu,
     "Sin": _call("sin"),
     "Cos": _call("cos"),
@@ -253,18 +243,6 @@ _TABLE = {
     "Asinh": _call("asinh"),
     "Acosh": _call("acosh"),
     "Atanh": _call("atanh"),
-    "Cot": _reciprocal_of("tan"),
-    "Sec": _reciprocal_of("cos"),
-    "Csc": _reciprocal_of("sin"),
-    "Coth": _reciprocal_of("tanh"),
-    "Sech": _reciprocal_of("cosh"),
-    "Csch": _reciprocal_of("sinh"),
-    "Acot": _of_reciprocal("atan"),
-    "Asec": _of_reciprocal("acos"),
-    "Acsc": _of_reciprocal("asin"),
-    "Acoth": _of_reciprocal("atanh"),
-    "Asech": _of_reciprocal("acosh"),
-    "Acsch": _of_reciprocal("asinh"),
     "Equal": _infix("=="),
     "NotEqual": _infix("!="),
     "Less": _infix("<"),
@@ -291,22 +269,41 @@ _TABLE = {
 
 
 def op_types():
-    """Every op type with a CUDA C expression."""
+    """Every op type with a CUDA C expression of its own (composite ops expand into them)."""
     return frozenset(_TABLE)
 
 
 def supported(op_type):
-    """True if the op type has a CUDA C expression."""
-    return op_type in _TABLE
+    """True if the op type has a CUDA C expression, or expands into ops that have one."""
+    if op_type in _TABLE:
+        return True
+    uses = ops.expansion_uses(op_type)
+    return uses is not None and all(supported(used) for used in uses)
+
+
+class _Expansion(ops.Expander):
+    """A composite op written as its registry expansion, on values of one type (``dtype``)."""
+
+    def __init__(self, op_type, attrs, dtype):
+        super().__init__(op_type, attrs)
+        self.dtype = dtype
+
+    def op(self, op_type, *args):
+        return expression(op_type, args, [self.dtype] * len(args), self.dtype, Attributes())
+
+    def const(self, value):
+        return cudatypes.literal(value, self.dtype)
 
 
 def expression(op_type, args, in_dtypes, out_dtype, attrs):
     """The CUDA C expression of ``op_type`` applied to ``args`` (identifiers or literals of
     the compute types of ``in_dtypes``); its value has the compute type of ``out_dtype``."""
-    try:
-        generate = _TABLE[op_type]
-    except KeyError:
-        raise CompileError(f"no CUDA C expression for op type {op_type}") from None
     for dtype in list(in_dtypes) + [out_dtype]:
         cudatypes.check(dtype)
-    return generate(list(args), list(in_dtypes), out_dtype, attrs)
+    generate = _TABLE.get(op_type)
+    if generate is not None:
+        return generate(list(args), list(in_dtypes), out_dtype, attrs)
+    value = ops.expand(_Expansion(op_type, attrs, out_dtype), list(args))
+    if value is None:
+        raise CompileError(f"no CUDA C expression for op type {op_type}")
+    return value

@@ -2,12 +2,15 @@
 
 ``emit(builder, op_type, args, dtypes, out_dtype, attrs)`` computes one op on values in their
 compute types (see irutil). This is the CPU back end's lowering table: the op's semantics are
-defined by its registry entry, and this table says how to express them in LLVM IR.
+defined by its registry entry, and this table says how to express them in LLVM IR; a composite
+op that is not in it is lowered as its registry expansion (:func:`myelin.ops.expand`).
 Transcendental functions come from :mod:`mathlib` (vectorizable polynomials, no libm calls).
 """
 
+from myelin import ops
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.errors import CompileError
+from myelin.flow.attributes import Attributes
 
 
 def _is_float(value):
@@ -115,23 +118,6 @@ def _intrinsic(name):
     def emit(b, args, types, attrs):
         return mathlib.intrinsic(b, name, list(args))
     return emit
-
-
-def _reciprocal_of(function):
-    def emit(b, args, types, attrs):
-        return _recip(b, function(b, *args))
-    return emit
-
-
-def _of_reciprocal(function):
-    def emit(b, args, types, attrs):
-        return function(b, _recip(b, args[0]))
-    return emit
-
-
-def _softsign(b, args, types, attrs):
-    (x,) = args
-    return b.fdiv(x, b.fadd(_one(x), mathlib.intrinsic(b, "llvm.fabs", [x])))
 
 
 def _gelu(b, args, types, attrs):
@@ -269,20 +255,7 @@ _TABLE = {
     "Ceil": _intrinsic("llvm.ceil"),
     "Round": _intrinsic("llvm.rint"),
     "Trunc": _intrinsic("llvm.trunc"),
-    "Softsign": _softsign,
     "Gelu": _gelu,
-    "Cot": _reciprocal_of(mathlib.tan),
-    "Sec": _reciprocal_of(mathlib.cos),
-    "Csc": _reciprocal_of(mathlib.sin),
-    "Coth": _reciprocal_of(mathlib.tanh),
-    "Sech": _reciprocal_of(mathlib.cosh),
-    "Csch": _reciprocal_of(mathlib.sinh),
-    "Acot": _of_reciprocal(mathlib.atan),
-    "Asec": _of_reciprocal(mathlib.acos),
-    "Acsc": _of_reciprocal(mathlib.asin),
-    "Acoth": _of_reciprocal(mathlib.atanh),
-    "Asech": _of_reciprocal(mathlib.acosh),
-    "Acsch": _of_reciprocal(mathlib.asinh),
     "Equal": _compare("==", "=="),
     "NotEqual": _compare("!=", "!="),
     "Less": _compare("<", "<"),
@@ -313,16 +286,36 @@ CONVERSIONS = frozenset({"Cast"})
 
 
 def supported(op_type):
-    """True if the op type has an element-wise lowering."""
-    return op_type in _TABLE or op_type in CONVERSIONS
+    """True if the op type has an element-wise lowering, or expands into ops that have one."""
+    if op_type in _TABLE or op_type in CONVERSIONS:
+        return True
+    uses = ops.expansion_uses(op_type)
+    return uses is not None and all(supported(used) for used in uses)
+
+
+class _Expansion(ops.Expander):
+    """A composite op lowered as its registry expansion, on values of one type (``dtype``)."""
+
+    def __init__(self, builder, op_type, attrs, dtype, like):
+        super().__init__(op_type, attrs)
+        self.builder, self.dtype, self.like = builder, dtype, like
+
+    def op(self, op_type, *args):
+        return emit(self.builder, op_type, args, [self.dtype] * len(args), self.dtype,
+                    Attributes())
+
+    def const(self, value):
+        return irutil.const(self.like.type, value)
 
 
 def emit(builder, op_type, args, in_dtypes, out_dtype, attrs):
     """The value of ``op_type`` applied to ``args`` (compute-type values of ``in_dtypes``)."""
     if op_type == "Cast":
         return irutil.convert(builder, args[0], in_dtypes[0], out_dtype)
-    try:
-        function = _TABLE[op_type]
-    except KeyError:
-        raise CompileError(f"no element-wise lowering for op type {op_type}") from None
-    return function(builder, list(args), list(in_dtypes), attrs)
+    function = _TABLE.get(op_type)
+    if function is not None:
+        return function(builder, list(args), list(in_dtypes), attrs)
+    value = ops.expand(_Expansion(builder, op_type, attrs, in_dtypes[0], args[0]), list(args))
+    if value is None:
+        raise CompileError(f"no element-wise lowering for op type {op_type}")
+    return value

@@ -6,6 +6,8 @@ changed between opset versions is chosen by ``ctx.opset``. Importing this packag
 every converter (each module below covers one group of ops).
 """
 
+import onnx.defs
+
 _CONVERTERS = {}          # (domain, op type) -> converter; "" is the default ai.onnx domain
 _SCHEMAS = {}             # (domain, op type) -> onnx.defs.OpSchema, for the other domains
 CONTRIB = "com.microsoft"     # ONNX Runtime's contrib ops (its quantizer's QOperator format)
@@ -29,6 +31,41 @@ def converter(*op_types, domain="", schema=None):
                 _SCHEMAS[key] = schema
         return fn
     return register
+
+
+_Param = onnx.defs.OpSchema.FormalParameter
+_Attr = onnx.defs.OpSchema.Attribute
+_OPTIONAL = onnx.defs.OpSchema.FormalParameterOption.Optional
+_VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
+_TYPES = {name: getattr(onnx.defs.OpSchema.AttrType, name)
+          for name in ("INT", "INTS", "FLOAT", "FLOATS", "STRING", "STRINGS")}
+QUANTIZED_TYPES = ("uint8", "int8", "int32", "float", "bool")   # the quantizer's tensors
+FLOAT_TYPES = ("float", "float16", "double", "bfloat16")
+
+
+def contrib(op_type, inputs, outputs=("Y",), attributes=(), types=QUANTIZED_TYPES,
+            domain=CONTRIB):
+    """The ``converter`` decorator of the op ``op_type`` of ``domain``, with its schema:
+    ``inputs`` and ``outputs`` are names, a trailing ``?`` marking an optional one and ``*`` a
+    variadic one, each of one of the ONNX tensor ``types``; ``attributes`` (name, type name,
+    required)."""
+    def params(names):
+        found = []
+        for name in names:
+            option = {"?": _OPTIONAL, "*": _VARIADIC}.get(name[-1])
+            found.append(_Param(name.rstrip("?*"), f"T{len(found)}", "", param_option=option)
+                         if option else _Param(name, f"T{len(found)}", ""))
+        return found
+
+    all_inputs, all_outputs = params(inputs), params(outputs)
+    constraints = [(f"T{i}", [f"tensor({t})" for t in types], "")
+                   for i in range(max(len(all_inputs), len(all_outputs)))]
+    schema = onnx.defs.OpSchema(
+        op_type, domain, 1, inputs=all_inputs, outputs=all_outputs,
+        type_constraints=constraints,
+        attributes=[_Attr(name, _TYPES[kind], "", required=required)
+                    for name, kind, required in attributes])
+    return converter(op_type, domain=domain, schema=schema)
 
 
 def find(op_type, domain=""):

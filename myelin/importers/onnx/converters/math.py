@@ -1,35 +1,37 @@
 """Element-wise ONNX ops: math, comparisons, logic, casts and activations.
 
-Ops myelin has map one to one; activations ONNX defines by formula (LeakyRelu, Elu, Selu,
+Ops myelin has map one to one (the registry names them: :func:`myelin.ops.named`), ONNX
+Runtime's contrib ops among them; activations ONNX defines by formula (LeakyRelu, Elu, Selu,
 HardSigmoid, ...) are written with myelin's element-wise ops, which fusion merges back into
 one loop.
 """
 
 import functools
 
+from myelin import ops
 from myelin.flow import dtypes
-from myelin.importers.context import same_op
+from myelin.importers.context import one_to_one
 from myelin.importers.onnx import proto
-from myelin.importers.onnx.converters import converter
+from myelin.importers.onnx.converters import FLOAT_TYPES, contrib, converter
 
-# ONNX op type -> myelin op type, for ops that map one to one.
-_SAME = {
-    "Abs": "Abs", "Neg": "Neg", "Sqrt": "Sqrt", "Exp": "Exp", "Log": "Log",
-    "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Erf": "Erf", "Floor": "Floor", "Ceil": "Ceil",
-    "Round": "Round", "Sin": "Sin", "Cos": "Cos", "Tan": "Tan", "Asin": "Asin",
-    "Acos": "Acos", "Atan": "Atan", "Sinh": "Sinh", "Cosh": "Cosh", "Asinh": "Asinh",
-    "Acosh": "Acosh", "Atanh": "Atanh", "Reciprocal": "Reciprocal", "Relu": "Relu",
-    "Softsign": "Softsign", "Softplus": "Softplus", "Sign": "Sign", "Not": "Not",
-    "Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Equal": "Equal",
-    "Less": "Less", "Greater": "Greater", "LessOrEqual": "LessEqual",
-    "GreaterOrEqual": "GreaterEqual", "And": "And", "Or": "Or", "Xor": "Xor",
-    "BitwiseAnd": "BitwiseAnd", "BitwiseOr": "BitwiseOr", "BitwiseXor": "BitwiseXor",
-    "BitwiseNot": "BitwiseNot", "IsNaN": "IsNaN",
-}
+_ATTRIBUTE_TYPES = {bool: "INT", int: "INT", float: "FLOAT", str: "STRING"}
 
 
-for _onnx_type, _myelin_type in _SAME.items():
-    converter(_onnx_type)(same_op(_myelin_type))
+def _named(name):
+    """The converter decorator of the ONNX op ``name`` the registry names: ``domain.type``
+    for an op of another domain than ONNX's, whose schema the registry's entry gives (one
+    float input per input, its attributes, none required)."""
+    domain, _, op_type = name.rpartition(".")
+    if not domain:
+        return converter(op_type)
+    opdef = ops.lookup(ops.named("onnx")[name])
+    attributes = [(attr, _ATTRIBUTE_TYPES[type(default)], False)
+                  for attr, default in opdef.attrs.items()]
+    return contrib(op_type, [f"X{i}" for i in range(opdef.inputs[0])], attributes=attributes,
+                   types=FLOAT_TYPES, domain=domain)
+
+
+one_to_one("onnx", _named)     # the ops the registry names for ONNX
 
 
 @converter("Identity")
@@ -82,12 +84,6 @@ def _mod(ctx):
 @converter("BitShift")
 def _bit_shift(ctx):
     return ctx.op("BitShift", ctx.inputs, {"direction": ctx.attr("direction")})
-
-
-@converter("IsInf")
-def _is_inf(ctx):
-    return ctx.op("IsInf", ctx.inputs, {"detect_negative": ctx.attr("detect_negative", 1),
-                                        "detect_positive": ctx.attr("detect_positive", 1)})
 
 
 @converter("Where")
@@ -217,6 +213,3 @@ def _shrink(ctx):
     return ctx.op("Cond", [low, shifted_up, inner])
 
 
-@converter("Gelu")
-def _gelu(ctx):
-    return ctx.op("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate", "none")})

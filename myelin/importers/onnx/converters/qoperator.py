@@ -17,43 +17,7 @@ DynamicQuantizeMatMul, which may be per output column. Each op's schema (inputs,
 attributes), as ONNX Runtime registers it, is declared here for the importer's checks.
 """
 
-import onnx.defs
-
-from myelin.importers.onnx.converters import CONTRIB, converter, find, quantize
-
-_Param = onnx.defs.OpSchema.FormalParameter
-_Attr = onnx.defs.OpSchema.Attribute
-_OPTIONAL = onnx.defs.OpSchema.FormalParameterOption.Optional
-_VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
-_TYPES = {name: getattr(onnx.defs.OpSchema.AttrType, name)
-          for name in ("INT", "INTS", "FLOAT", "FLOATS", "STRING", "STRINGS")}
-
-
-def _schema(op_type, inputs, outputs=("Y",), attributes=()):
-    """The OpSchema of a contrib op: ``inputs`` are names, a trailing ``?`` marking an
-    optional one and ``*`` a variadic one; ``attributes`` (name, type name, required)."""
-    def params(names):
-        found = []
-        for name in names:
-            option = {"?": _OPTIONAL, "*": _VARIADIC}.get(name[-1])
-            found.append(_Param(name.rstrip("?*"), f"T{len(found)}", "", param_option=option)
-                         if option else _Param(name, f"T{len(found)}", ""))
-        return found
-
-    all_inputs, all_outputs = params(inputs), params(outputs)
-    constraints = [(f"T{i}", ["tensor(uint8)", "tensor(int8)", "tensor(int32)",
-                              "tensor(float)", "tensor(bool)"], "")
-                   for i in range(max(len(all_inputs), len(all_outputs)))]
-    return onnx.defs.OpSchema(
-        op_type, CONTRIB, 1, inputs=all_inputs, outputs=all_outputs,
-        type_constraints=constraints,
-        attributes=[_Attr(name, _TYPES[kind], "", required=required)
-                    for name, kind, required in attributes])
-
-
-def _contrib(op_type, inputs, outputs=("Y",), attributes=()):
-    return converter(op_type, domain=CONTRIB,
-                     schema=_schema(op_type, inputs, outputs, attributes))
+from myelin.importers.onnx.converters import contrib, find, quantize
 
 
 def _optional(ctx, index):
@@ -114,18 +78,18 @@ _X = ("X", "X_scale", "X_zero_point?", "Y_scale", "Y_zero_point?")
 _AB = ("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale",
        "C_zero_point?")
 
-_contrib("QLinearAdd", _AB, ("C",))(_elementwise("Add", 2))
-_contrib("QLinearMul", _AB, ("C",))(_elementwise("Mul", 2))
-_contrib("QLinearSigmoid", _X)(_elementwise("Sigmoid", 1))
-_contrib("QLinearLeakyRelu", _X, attributes=[("alpha", "FLOAT", False)])(
+contrib("QLinearAdd", _AB, ("C",))(_elementwise("Add", 2))
+contrib("QLinearMul", _AB, ("C",))(_elementwise("Mul", 2))
+contrib("QLinearSigmoid", _X)(_elementwise("Sigmoid", 1))
+contrib("QLinearLeakyRelu", _X, attributes=[("alpha", "FLOAT", False)])(
     _elementwise("LeakyRelu", 1))
-_contrib("QLinearReduceMean", ("data", "data_scale", "data_zero_point?", "reduced_scale",
+contrib("QLinearReduceMean", ("data", "data_scale", "data_zero_point?", "reduced_scale",
                                "reduced_zero_point?"), ("reduced",),
          [("axes", "INTS", True), ("keepdims", "INT", True)])(
     _elementwise("ReduceMean", 1, opset=13))
 
 
-@_contrib("QLinearSoftmax", ("X", "X_scale", "x_zero_point?", "y_scale", "y_zero_point"),
+@contrib("QLinearSoftmax", ("X", "X_scale", "x_zero_point?", "y_scale", "y_zero_point"),
           attributes=[("axis", "INT", False), ("opset", "INT", True)])
 def _qlinear_softmax(ctx):
     """Softmax in the form of the ai.onnx opset named by attribute ``opset``."""
@@ -158,17 +122,17 @@ def _pool(op_type):
     return convert
 
 
-_contrib("QLinearGlobalAveragePool",
+contrib("QLinearGlobalAveragePool",
          ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"),
          attributes=[("channels_last", "INT", False)])(_pool("GlobalAveragePool"))
-_contrib("QLinearAveragePool", ("X", "x_scale", "x_zero_point?", "y_scale", "y_zero_point?"),
+contrib("QLinearAveragePool", ("X", "x_scale", "x_zero_point?", "y_scale", "y_zero_point?"),
          attributes=[("auto_pad", "STRING", False), ("ceil_mode", "INT", False),
                      ("channels_last", "INT", False), ("count_include_pad", "INT", False),
                      ("kernel_shape", "INTS", True), ("pads", "INTS", False),
                      ("strides", "INTS", False)])(_pool("AveragePool"))
 
 
-@_contrib("QLinearConcat", ("Y_scale", "Y_zero_point", "inputs*"),
+@contrib("QLinearConcat", ("Y_scale", "Y_zero_point", "inputs*"),
           attributes=[("axis", "INT", True)])
 def _qlinear_concat(ctx):
     """Inputs (x, scale, zero point) from input 2 on, each dequantized, then concatenated."""
@@ -181,7 +145,7 @@ def _qlinear_concat(ctx):
     return _requantize(ctx, y, ctx.input(0), ctx.input(1), ctx.input(2))
 
 
-@_contrib("QLinearWhere", ("condition", "X", "x_scale", "x_zero_point", "Y", "y_scale",
+@contrib("QLinearWhere", ("condition", "X", "x_scale", "x_zero_point", "Y", "y_scale",
                            "y_zero_point", "z_scale", "z_zero_point"), ("Z",))
 def _qlinear_where(ctx):
     x = _dequantize(ctx, ctx.input(1), ctx.input(2), ctx.input(3))
@@ -201,14 +165,14 @@ def _scaled_product(ctx, a, a_scale, a_zero, b, b_scale, b_zero, bias=None):
     return y if bias is None else ctx.op("Add", [y, ctx.cast(bias, "float32")])
 
 
-@_contrib("MatMulIntegerToFloat", ("A", "B", "a_scale", "b_scale", "a_zero_point?",
+@contrib("MatMulIntegerToFloat", ("A", "B", "a_scale", "b_scale", "a_zero_point?",
                                    "b_zero_point?", "bias?"))
 def _matmul_integer_to_float(ctx):
     return _scaled_product(ctx, ctx.input(0), ctx.input(2), _optional(ctx, 4), ctx.input(1),
                            ctx.input(3), _optional(ctx, 5), _optional(ctx, 6))
 
 
-@_contrib("DynamicQuantizeMatMul", ("A", "B", "b_scale", "b_zero_point?", "bias?"))
+@contrib("DynamicQuantizeMatMul", ("A", "B", "b_scale", "b_zero_point?", "bias?"))
 def _dynamic_quantize_matmul(ctx):
     """Float A quantized to uint8 as DynamicQuantizeLinear does, then as
     MatMulIntegerToFloat."""
@@ -217,7 +181,7 @@ def _dynamic_quantize_matmul(ctx):
                            _optional(ctx, 3), _optional(ctx, 4))
 
 
-@_contrib("QGemm", ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?",
+@contrib("QGemm", ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?",
                     "y_scale?", "y_zero_point?"),
           attributes=[("alpha", "FLOAT", False), ("transA", "INT", False),
                       ("transB", "INT", False)])
@@ -244,7 +208,7 @@ def _qgemm(ctx):
     return _requantize(ctx, y, ctx.input(7), _optional(ctx, 8), ctx.input(0))
 
 
-@_contrib("DynamicQuantizeLSTM", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?",
+@contrib("DynamicQuantizeLSTM", ("X", "W", "R", "B?", "sequence_lens?", "initial_h?",
                                   "initial_c?", "P?", "W_scale", "W_zero_point", "R_scale",
                                   "R_zero_point"), ("Y?", "Y_h?", "Y_c?"),
           attributes=[("activation_alpha", "FLOATS", False),

@@ -1,36 +1,18 @@
 """Element-wise TensorFlow ops: arithmetic, math functions, activations, comparisons, logic,
 casts and selection.
 
-Ops myelin has map one to one (TensorFlow broadcasts like NumPy, as myelin does); activations
-TensorFlow has as ops of their own (Relu6, Elu, Selu, LeakyRelu) are written with myelin's
-element-wise ops, which fusion merges back into one loop.
+Ops myelin has map one to one (the registry names them; TensorFlow broadcasts like NumPy, as
+myelin does); activations TensorFlow has as ops of their own (Relu6, Elu, Selu, LeakyRelu) are
+written with myelin's element-wise ops, which fusion merges back into one loop.
 """
 
 import functools
 
 from myelin.flow import dtypes
-from myelin.importers.context import same_op
+from myelin.importers.context import one_to_one
 from myelin.importers.tensorflow.converters import converter
 
-# TensorFlow op type -> myelin op type, for ops that map one to one.
-_SAME = {
-    "Add": "Add", "AddV2": "Add", "Sub": "Sub", "Mul": "Mul", "RealDiv": "Div",
-    "Div": "Div", "TruncateDiv": "Div", "Maximum": "Maximum", "Minimum": "Minimum",
-    "Pow": "Pow", "Neg": "Neg", "Abs": "Abs", "Sqrt": "Sqrt", "Rsqrt": "Rsqrt", "Exp": "Exp",
-    "Log": "Log", "Square": "Square", "Reciprocal": "Reciprocal", "Inv": "Reciprocal",
-    "Sign": "Sign", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round", "Rint": "Round",
-    "Sin": "Sin", "Cos": "Cos", "Tan": "Tan", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan",
-    "Sinh": "Sinh", "Cosh": "Cosh", "Tanh": "Tanh", "Asinh": "Asinh", "Acosh": "Acosh",
-    "Atanh": "Atanh", "Sigmoid": "Sigmoid", "Relu": "Relu", "Softplus": "Softplus",
-    "Softsign": "Softsign", "Erf": "Erf", "IsNan": "IsNaN", "Equal": "Equal",
-    "NotEqual": "NotEqual", "Less": "Less", "LessEqual": "LessEqual", "Greater": "Greater",
-    "GreaterEqual": "GreaterEqual", "LogicalAnd": "And", "LogicalOr": "Or",
-    "LogicalNot": "Not",
-}
-
-
-for _tf_type, _myelin_type in _SAME.items():
-    converter(_tf_type)(same_op(_myelin_type))
+one_to_one("tensorflow", converter)     # the ops the registry names for TensorFlow
 
 
 @converter("FloorDiv")
@@ -67,18 +49,6 @@ def _squared_difference(ctx):
 def _add_n(ctx):
     return functools.reduce(lambda acc, var: ctx.op("Add", [acc, var]), ctx.inputs[1:],
                             ctx.inputs[0])
-
-
-@converter("Log1p")
-def _log1p(ctx):
-    x = ctx.input(0)
-    return ctx.op("Log", [ctx.op("Add", [x, ctx.const(1, x.dtype)])])
-
-
-@converter("Expm1")
-def _expm1(ctx):
-    x = ctx.input(0)
-    return ctx.op("Sub", [ctx.op("Exp", [x]), ctx.const(1, x.dtype)])
 
 
 # Activations.

@@ -11,20 +11,9 @@ import math
 
 import numpy as np
 
+from myelin import ops
 from myelin.flow import dtypes
 from myelin.importers.torch.converters import converter
-
-_UNARY = {
-    "abs": "Abs", "neg": "Neg", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "exp": "Exp", "log": "Log",
-    "sigmoid": "Sigmoid", "tanh": "Tanh", "erf": "Erf", "floor": "Floor", "ceil": "Ceil",
-    "trunc": "Trunc", "sin": "Sin", "cos": "Cos", "tan": "Tan", "asin": "Asin",
-    "acos": "Acos", "atan": "Atan", "sinh": "Sinh", "cosh": "Cosh", "asinh": "Asinh",
-    "acosh": "Acosh", "atanh": "Atanh", "reciprocal": "Reciprocal", "relu": "Relu",
-    "sign": "Sign", "sgn": "Sign",
-}
-# Unary ops whose integer inputs compute in the default float type (PyTorch's result type).
-_FLOAT_ONLY = {"sqrt", "rsqrt", "exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "tan",
-               "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reciprocal"}
 
 
 def _unary(op_type):
@@ -33,8 +22,20 @@ def _unary(op_type):
     return convert
 
 
-for _name, _op_type in _UNARY.items():
-    converter(f"aten.{_name}")(_unary(_op_type))
+def _compare(op_type):
+    """A binary op computed in the type PyTorch promotes its operands to (comparisons)."""
+    def convert(ctx):
+        a, b = ctx["self"], ctx["other"]
+        dtype = ctx.promoted(a, b)
+        return ctx.op(op_type, [ctx.operand(a, dtype), ctx.operand(b, dtype)])
+    return convert
+
+
+# The ATen ops the registry names one to one: unary ones in the type of their result,
+# binary ones (comparisons) in their operands' promoted type.
+for _name, _op_type in ops.named("torch").items():
+    _convert = _unary if ops.lookup(_op_type).inputs == (1, 1) else _compare
+    converter(f"aten.{_name}")(_convert(_op_type))
 
 
 @converter("aten.round")
@@ -47,40 +48,10 @@ def _round(ctx):
     return ctx.op("Div", [ctx.op("Round", [ctx.op("Mul", [x, scale])]), scale])
 
 
-@converter("aten.log2", "aten.log10")
-def _log_base(ctx):
+@converter("aten.log10")
+def _log10(ctx):
     x = ctx.operand(ctx["self"], ctx.out_dtype)
-    base = 2.0 if ctx.op_type.startswith("aten.log2") else 10.0
-    return ctx.op("Mul", [ctx.op("Log", [x]), ctx.scalar(1 / math.log(base), x.dtype)])
-
-
-@converter("aten.log1p")
-def _log1p(ctx):
-    x = ctx.operand(ctx["self"], ctx.out_dtype)
-    return ctx.op("Log", [ctx.op("Add", [x, ctx.scalar(1, x.dtype)])])
-
-
-@converter("aten.expm1")
-def _expm1(ctx):
-    x = ctx.operand(ctx["self"], ctx.out_dtype)
-    return ctx.op("Sub", [ctx.op("Exp", [x]), ctx.scalar(1, x.dtype)])
-
-
-@converter("aten.exp2")
-def _exp2(ctx):
-    x = ctx.operand(ctx["self"], ctx.out_dtype)
-    return ctx.op("Exp", [ctx.op("Mul", [x, ctx.scalar(math.log(2.0), x.dtype)])])
-
-
-@converter("aten.erfc")
-def _erfc(ctx):
-    x = ctx.operand(ctx["self"], ctx.out_dtype)
-    return ctx.op("Sub", [ctx.scalar(1, x.dtype), ctx.op("Erf", [x])])
-
-
-@converter("aten.square")
-def _square(ctx):
-    return ctx.op("Square", [ctx.operand(ctx["self"], ctx.out_dtype)])
+    return ctx.op("Mul", [ctx.op("Log", [x]), ctx.scalar(1 / math.log(10.0), x.dtype)])
 
 
 # Arithmetic.
@@ -225,23 +196,7 @@ def _atan2(ctx):
     return ctx.op("Cond", [ctx.op("Equal", [x, zero]), on_axis, result])
 
 
-# Comparisons and logic.
-_COMPARISONS = {"eq": "Equal", "ne": "NotEqual", "lt": "Less", "le": "LessEqual",
-                "gt": "Greater", "ge": "GreaterEqual"}
-
-
-def _compare(op_type):
-    def convert(ctx):
-        a, b = ctx["self"], ctx["other"]
-        dtype = ctx.promoted(a, b)
-        return ctx.op(op_type, [ctx.operand(a, dtype), ctx.operand(b, dtype)])
-    return convert
-
-
-for _name, _op_type in _COMPARISONS.items():
-    converter(f"aten.{_name}")(_compare(_op_type))
-
-
+# Logic.
 def _logical(op_type):
     def convert(ctx):
         return ctx.op(op_type, [_truth(ctx, ctx["self"]), _truth(ctx, ctx["other"])])

@@ -1,0 +1,71 @@
+"""The registry is the only op table: every element-wise op it holds is lowered (or expanded)
+by each back end, made by a Builder method, and converted by the importers of the formats
+that have it; the tables of the other layers derive from it."""
+
+import onnx
+import onnx.defs
+import pytest
+
+import myelin
+from myelin import ops
+from myelin.codegen.cuda import expressions
+from myelin.codegen.llvm import elementwise
+from myelin.importers.onnx import converters as onnx_converters
+from jitcheck import registry_domains
+
+ELEMENT_WISE = [t for t in ops.types()
+                if ops.lookup(t).kind in (ops.Kind.ELEMWISE, ops.Kind.BROADCAST)]
+# Element-wise by kind, but never a fused loop: passes remove them before planning.
+REWRITTEN = {"BatchNormalization": "folded into the convolution or scaled by the optimizer",
+             "Dropout": "the identity at inference, removed by the optimizer"}
+
+
+@pytest.mark.parametrize("op_type", ELEMENT_WISE)
+def test_every_back_end_lowers_or_expands_it(op_type):
+    if op_type in REWRITTEN:
+        pytest.skip(REWRITTEN[op_type])
+    assert elementwise.supported(op_type)
+    assert expressions.supported(op_type)
+
+
+def test_composite_ops_have_no_lowering_of_their_own():
+    composite = {t for t in ELEMENT_WISE if ops.expansion_uses(t) is not None}
+    assert {"Cot", "Acsch", "Softsign"} <= composite
+    assert composite.isdisjoint(expressions.op_types())
+
+
+@pytest.mark.parametrize("op_type", [t for t in ops.types() if ops.helper(ops.lookup(t))])
+def test_the_builder_has_its_helper(op_type):
+    assert callable(getattr(myelin.Builder, ops.helper(ops.lookup(op_type))))
+
+
+@pytest.mark.parametrize("op_type", sorted(registry_domains(1)) + sorted(registry_domains(2)))
+def test_a_helper_makes_its_op(op_type):
+    f = myelin.Builder(myelin.Flow(), "f")
+    args = [f.var(f"x{i}", "float32", [3]) for i in range(ops.lookup(op_type).inputs[0])]
+    assert getattr(f, ops.helper(ops.lookup(op_type)))(*args).producer.type == op_type
+
+
+@pytest.mark.parametrize("op_type", ELEMENT_WISE)
+def test_the_importers_convert_it_where_the_format_has_it(op_type):
+    opdef = ops.lookup(op_type)
+    for name in opdef.names.get("onnx", ()):
+        domain, _, onnx_type = name.rpartition(".")
+        assert onnx_converters.find(onnx_type, domain) is not None, name
+    if onnx.defs.has(op_type):           # ONNX has an op of this name
+        assert onnx_converters.find(op_type) is not None
+    tf = pytest.importorskip("tensorflow")
+    from myelin.importers.tensorflow import converters as tf_converters
+    for name in opdef.names.get("tensorflow", ()):
+        assert hasattr(tf.raw_ops, name), name
+        assert tf_converters.find(name) is not None, name
+    if hasattr(tf.raw_ops, op_type):
+        assert tf_converters.find(op_type) is not None
+
+
+def test_torch_names_are_aten_ops():
+    torch = pytest.importorskip("torch")
+    from myelin.importers.torch import converters as torch_converters
+    for name, op_type in ops.named("torch").items():
+        assert hasattr(torch.ops.aten, name), name
+        assert torch_converters.find(f"aten.{name}.default") is not None, name
