@@ -2,6 +2,7 @@
 by each back end, made by a Builder method, and converted by the importers of the formats
 that have it; the tables of the other layers derive from it."""
 
+import numpy as np
 import onnx
 import onnx.defs
 import pytest
@@ -30,7 +31,7 @@ def test_every_back_end_lowers_or_expands_it(op_type):
 
 def test_composite_ops_have_no_lowering_of_their_own():
     composite = {t for t in ELEMENT_WISE if ops.expansion_uses(t) is not None}
-    assert {"Cot", "Acsch", "Softsign"} <= composite
+    assert {"Cot", "Acsch", "Softsign", "QuickGelu"} <= composite
     assert composite.isdisjoint(expressions.op_types())
 
 
@@ -69,3 +70,23 @@ def test_torch_names_are_aten_ops():
     for name, op_type in ops.named("torch").items():
         assert hasattr(torch.ops.aten, name), name
         assert torch_converters.find(f"aten.{name}.default") is not None, name
+
+
+def test_a_contrib_op_named_by_the_registry_imports_with_its_attributes():
+    """com.microsoft.QuickGelu (ONNX Runtime's transformer optimizer writes it for CLIP-style
+    x sigmoid(1.702 x)) comes from the registry's names alone, alpha included."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 33])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 33])
+    nodes = [onnx.helper.make_node("QuickGelu", ["x"], ["h"], domain="com.microsoft"),
+             onnx.helper.make_node("QuickGelu", ["h"], ["y"], domain="com.microsoft", alpha=1.0)]
+    graph = onnx.helper.make_graph(nodes, "g", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid(
+                                                             "com.microsoft", 1)])
+    values = np.random.default_rng(0).normal(0, 4, (4, 33)).astype(np.float32)
+    (got,) = myelin.onnx.load(model.SerializeToString()).run({"x": values})
+    h = values / (1 + np.exp(-1.702 * values.astype(np.float64)))
+    np.testing.assert_allclose(got, h / (1 + np.exp(-h)), rtol=2e-6, atol=1e-7)
+    onnxruntime = pytest.importorskip("onnxruntime")
+    (theirs,) = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": values})
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-6)

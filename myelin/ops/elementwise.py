@@ -81,6 +81,11 @@ def _of_reciprocal(op_type):
     return lambda e, x: e.op(op_type, e.op("Reciprocal", x))
 
 
+def _quick_gelu(x, alpha):
+    """x sigmoid(alpha x), without overflow for large |x|."""
+    return x * np.exp(-np.logaddexp(0, -alpha * x))
+
+
 _WIDE = (-3, 3)
 
 # (op type, function of one array, accepted types, doc, facts: see _facts)
@@ -328,6 +333,13 @@ def _gelu_derivative(b, g):
     return b.add(cdf, b.mul(x, pdf))
 
 
+def _quick_gelu_derivative(b, g):
+    """d/dx of x s(a x), s the sigmoid: s + a x s (1 - s)."""
+    alpha = attribute(g.op, "alpha")
+    s = b.sigmoid(b.mul(g.x, alpha))
+    return b.add(s, b.mul(b.mul(g.x, alpha), b.mul(s, b.sub(1.0, s))))
+
+
 _UNARY_GRADIENTS = {
     "Neg": lambda b, g, dy: b.neg(dy),
     "Abs": lambda b, g, dy: b.mul(dy, b.sign(g.x)),
@@ -382,6 +394,7 @@ _UNARY_GRADIENTS = {
         b, b.mul(b.square(g.x), b.add(b.square(g.x), 1.0)), dy)),
     "Identity": lambda b, g, dy: dy,
     "Gelu": lambda b, g, dy: b.mul(dy, _gelu_derivative(b, g)),
+    "QuickGelu": lambda b, g, dy: b.mul(dy, _quick_gelu_derivative(b, g)),
     "Cast": lambda b, g, dy: b.cast(dy, g.op.inputs[0].dtype),
 }
 # Piecewise constant: the gradient is zero (where it exists).
@@ -432,6 +445,13 @@ def _define_all():
                    lambda op, inputs: [_gelu(op, inputs[0])], attrs={"approximate": "none"},
                    doc="Gaussian error linear unit, exact (erf) or tanh approximation",
                    gradient=_gradient("Gelu"), domain=_WIDE, names={"onnx": ("Gelu",)}))
+    register(OpDef("QuickGelu", Kind.ELEMWISE, _float_unary_infer,
+                   lambda op, inputs: [_quick_gelu(inputs[0], attribute(op, "alpha"))],
+                   attrs={"alpha": 1.702}, doc="x sigmoid(alpha x), GELU's sigmoid approximation",
+                   gradient=_gradient("QuickGelu"), domain=_WIDE,
+                   names={"onnx": ("com.microsoft.QuickGelu",)},
+                   expansion=lambda e, x: e.op("Mul", x, e.op(
+                       "Sigmoid", e.op("Mul", x, e.const(e.attribute("alpha")))))))
     register(OpDef("Cast", Kind.ELEMWISE, _unary_infer(ANY, _cast_dtype),
                    lambda op, inputs: [_cast(op, inputs[0])], attrs={"dtype": None},
                    doc="convert to the type in attribute dtype (floats to ints truncate)",

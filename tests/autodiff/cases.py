@@ -47,6 +47,8 @@ CASES = [_unary(t, *r) for t, r in UNARY.items()] + [_binary(t, r) for t, r in B
 CASES += [
     Case("Gelu", [Input("x", (13,), -3, 3), Input("z", (2, 9), -3, 3)],
          lambda b, x, z: (b.gelu(x), b.gelu(z, approximate="tanh"))),
+    Case("QuickGelu", [Input("x", (13,), -3, 3), Input("z", (2, 9), -3, 3)],
+         lambda b, x, z: (b.quick_gelu(x), b.quick_gelu(z, alpha=1.0))),
     Case("Cast", [Input("x", (3, 5))],     # through float32 and back: linear, so a wide eps
          lambda b, x: b.cast(b.mul(b.cast(x, "float32"), 3.0), "float64"),
          eps=1e-2, tolerance=1e-5),
