@@ -8,7 +8,7 @@ stores (and, at unit stride, their input loads) are coalesced. Each thread loops
 group's input channels and the kernel taps inside the input (loop bounds per axis, see
 :mod:`~.window`), loads each input element once and multiplies it by the tap's weight of every
 channel of its tile, accumulating in registers. The bias and a ``FusedConv``'s epilogue (the
-CPU's typed recipe, :func:`myelin.codegen.llvm.kernels.fused.epilogue`, as C by
+typed recipe, :func:`myelin.codegen.cuda.kernels.fused.epilogue`, as C by
 :func:`~.fused.recipe_code`) are applied in registers before the store
 (:func:`output_lines`, which the tiled kernel of :mod:`~.conv_gemm` shares).
 """
@@ -18,9 +18,8 @@ import math
 from myelin.codegen.cuda import cudatypes
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, grid_stride, kernel,
                                               literal_constant)
-from myelin.codegen.cuda.kernels.fused import recipe_code
+from myelin.codegen.cuda.kernels.fused import epilogue, recipe_code
 from myelin.codegen.cuda.kernels.window import split, window_axes, window_loops, window_start
-from myelin.codegen.llvm.kernels.fused import epilogue
 from myelin.plan.strides import contiguous_strides
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import conv_part, first_extra

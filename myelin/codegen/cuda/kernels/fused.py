@@ -2,8 +2,9 @@
 
 The recipe becomes straight-line C: one ``const`` temporary per distinct operation, written by
 the op's expression generator (:mod:`~myelin.codegen.cuda.expressions`), so intermediates stay
-in registers. Which recipes are supported, their domain and reductions are decided as on the
-CPU (:meth:`myelin.codegen.llvm.kernels.fused.CalculateKernel.plan`): a recipe without
+in registers. Which recipes are supported, their domain and reductions are decided by the
+planner's rules (:func:`myelin.plan.recipe.calculate_plan`, with this back end's element-wise
+table): a recipe without
 reductions is one grid-stride loop over its domain (:func:`~.elementwise.pointwise`); one whose
 outputs end in reductions over the domain's last axis computes each row with 1, 32 or a block
 of threads (as :mod:`~.reduction` chooses by the row's length): each thread evaluates the
@@ -11,15 +12,28 @@ recipe at its elements of the row, stores the element-wise outputs and folds the
 arguments, then the unit's threads combine their accumulators and the first stores them.
 """
 
+import weakref
+
 from myelin.codegen.cuda import cudatypes, expressions
 from myelin.codegen.cuda.kernels.base import (CudaKernel, Launch, Signature, coordinates,
                                               kernel, literal_constant, unit_loop)
 from myelin.codegen.cuda.kernels.elementwise import pointwise, same_layout_inputs
 from myelin.codegen.cuda.kernels.reduction import (block_of, combine, finish, fold,
                                                    shared_declarations, start, unit_threads)
-from myelin.codegen.llvm.kernels import fused as cpu_fused
-from myelin.plan.strides import broadcast_strides, collapse
 from myelin.ops import recipe as recipes
+from myelin.plan import recipe as plan_recipes
+from myelin.plan.strides import broadcast_strides, collapse
+
+_PLANS = weakref.WeakKeyDictionary()       # Calculate step: CalculatePlan or None
+_EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRecipe or None
+
+
+def epilogue(step):
+    """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step that the CUDA expressions
+    compute, or None (:func:`myelin.plan.recipe.epilogue`; computed once per step)."""
+    if step not in _EPILOGUES:
+        _EPILOGUES[step] = plan_recipes.epilogue(step, expressions.supported)
+    return _EPILOGUES[step]
 
 
 def recipe_code(typed, values, prefix="t"):
@@ -43,7 +57,7 @@ def recipe_code(typed, values, prefix="t"):
 
     outputs = {}
     for target, expr in typed.recipe.assignments:
-        names[target] = value(expr.args[0] if cpu_fused.is_reduction(expr) else expr)
+        names[target] = value(expr.args[0] if plan_recipes.is_reduction(expr) else expr)
         if target.kind == "@":
             outputs[target.index] = names[target]
     return lines, [outputs[k] for k in range(len(outputs))]
@@ -56,8 +70,11 @@ class CalculateKernel(CudaKernel):
 
     @staticmethod
     def plan(step):
-        """The step's recipe, domain and reductions, as the CPU plans them, or None."""
-        return cpu_fused.CalculateKernel.plan(step)
+        """The step's :class:`~myelin.plan.recipe.CalculatePlan` for the CUDA expressions
+        (computed once per step), or None."""
+        if step not in _PLANS:
+            _PLANS[step] = plan_recipes.calculate_plan(step, expressions.supported)
+        return _PLANS[step]
 
     def supports(self, step, target):
         return step.type == "Calculate" and self.plan(step) is not None

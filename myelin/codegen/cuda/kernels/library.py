@@ -11,8 +11,7 @@ import dataclasses
 
 from myelin.codegen.cuda.kernels.base import CudaKernel
 from myelin.codegen.cuda.kernels.elementwise import pointwise
-from myelin.codegen.cuda.kernels.fused import recipe_code
-from myelin.codegen.llvm.kernels.fused import epilogue
+from myelin.codegen.cuda.kernels.fused import epilogue, recipe_code
 from myelin.plan.strides import broadcast_strides, collapse, contiguous_strides
 from myelin.ops.fused import first_extra
 

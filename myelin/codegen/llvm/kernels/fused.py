@@ -1,8 +1,9 @@
 """Fused kernels: ``Calculate`` and the recipe evaluation that fused products' epilogues share.
 
-A :class:`TypedRecipe` is a parsed recipe with the type of every value; it emits the recipe on
-vectors (or scalars) of input values with the element-wise lowering table, so intermediates stay
-in registers. :class:`CalculateKernel` runs it in one loop nest over the op's domain (the
+A :class:`TypedRecipe` is a parsed recipe with the type of every value
+(:mod:`myelin.plan.recipe` types, checks and plans it); it emits the recipe on vectors (or
+scalars) of input values with the element-wise lowering table, so intermediates stay in
+registers. :class:`CalculateKernel` runs it in one loop nest over the op's domain (the
 broadcast of its inputs). Reductions may only be trailing parts that reduce the domain's last
 axis: each row is then computed in a vector loop that also folds every reduction into a vector
 accumulator, a scalar loop for the remainder, a horizontal reduction and one store per row.
@@ -16,61 +17,16 @@ import numpy as np
 from myelin.codegen.llvm import elementwise, irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
 from myelin.codegen.llvm.kernels.reduction import combiner, horizontal
-from myelin.errors import FlowError, MyelinError
 from myelin.flow import dtypes
 from myelin.ops import recipe as recipes
-from myelin.ops import registry
-from myelin.ops.fused import TRAILING_REDUCTIONS, RecipePart, ValueType, first_extra
-from myelin.ops.reduction import identity, mean_scale, reduced_axes
+from myelin.ops.reduction import identity, mean_scale
+from myelin.plan import recipe as plan_recipes
 
 INLINE_MOST = 48      # instructions of an epilogue inlined at each store; more are called
-DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
-          "uint8", "uint16", "uint32", "uint64")
 
 
-def is_reduction(expr):
-    """True if ``expr`` is a call of a reduction op."""
-    return (isinstance(expr, recipes.Call)
-            and registry.lookup(expr.op).kind == registry.Kind.REDUCTION)
-
-
-class TypedRecipe:
-    """The recipe of ``step`` (attribute ``expr``) typed for ``inputs`` (tensors or values).
-
-    ``types`` maps every Ref and Call to a value with ``dtype`` and ``shape``; ``parts`` maps
-    each distinct Call to its registry part. Raises a MyelinError if the recipe does not parse
-    or type-check.
-    """
-
-    def __init__(self, step, inputs):
-        if "expr" not in step.attrs:
-            raise FlowError(f"op {step.name} has no expr attribute")
-        self.recipe = recipes.parse(step.attrs["expr"])
-        if self.recipe.input_count() > len(inputs):
-            raise FlowError(f"op {step.name}: recipe reads more than {len(inputs)} inputs")
-        self.types = {recipes.Ref("%", i): ValueType(f"%{i}", t.dtype, t.shape)
-                      for i, t in enumerate(inputs)}
-        self.parts = {}
-        for target, expr in self.recipe.assignments:
-            self.types[target] = self._infer(step, expr)
-
-    def _infer(self, step, expr):
-        if expr not in self.types:
-            part = RecipePart(step, expr.op, [self._infer(step, arg) for arg in expr.args])
-            (result,) = registry.infer(part)
-            self.parts[expr] = part
-            self.types[expr] = ValueType(part.name, result.dtype, result.shape)
-        return self.types[expr]
-
-    def outputs(self):
-        """``(index, expression)`` of each output ``@k``, in index order."""
-        return sorted((t.index, e) for t, e in self.recipe.assignments if t.kind == "@")
-
-    def elementwise_only(self, expr):
-        """True if every call in ``expr`` has an element-wise lowering (no reduction)."""
-        return all(not isinstance(node, recipes.Call)
-                   or (elementwise.supported(node.op) and not is_reduction(node))
-                   for node in recipes.walk(expr))
+class TypedRecipe(plan_recipes.TypedRecipe):
+    """A typed recipe (:class:`myelin.plan.recipe.TypedRecipe`) emitted in LLVM IR."""
 
     def evaluate(self, builder, inputs):
         """Emit the recipe on ``inputs`` (compute-type values, all of one width).
@@ -90,7 +46,7 @@ class TypedRecipe:
 
         outputs = {}
         for target, expr in self.recipe.assignments:
-            values[target] = value(expr.args[0] if is_reduction(expr) else expr)
+            values[target] = value(expr.args[0] if plan_recipes.is_reduction(expr) else expr)
             if target.kind == "@":
                 outputs[target.index] = values[target]
         return [outputs[k] for k in range(len(outputs))]
@@ -123,7 +79,7 @@ class TypedRecipe:
 
 
 _EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRecipe or None
-_PLANS = weakref.WeakKeyDictionary()       # Calculate step: _Plan or None
+_PLANS = weakref.WeakKeyDictionary()       # Calculate step: CalculatePlan or None
 
 
 def _once(cache, step, make):
@@ -135,86 +91,9 @@ def _once(cache, step, make):
 
 def epilogue(step):
     """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step, or None if it cannot be
-    compiled.
-
-    It needs one element-wise output of the product's type, and extra inputs of that dtype
-    that broadcast to the product's shape.
-    """
-    return _once(_EPILOGUES, step, _typed_epilogue)
-
-
-def _typed_epilogue(step):
-    product = step.outputs[0]
-    extras = step.inputs[first_extra(step):]
-    if any(x.dtype != product.dtype for x in extras):
-        return None
-    try:
-        if np.broadcast_shapes(product.shape, *(x.shape for x in extras)) != product.shape:
-            return None
-        typed = TypedRecipe(step, [product] + list(extras))
-    except (MyelinError, ValueError):
-        return None
-    outputs = typed.outputs()
-    if len(outputs) != 1:
-        return None
-    result = typed.types[recipes.Ref("@", 0)]
-    if (result.dtype, result.shape) != (product.dtype, product.shape):
-        return None
-    if not all(typed.elementwise_only(expr) for _, expr in typed.recipe.assignments):
-        return None
-    return typed
-
-
-class _Plan:
-    """What CalculateKernel needs about one step.
-
-    ``domain`` is the loop shape; ``reductions`` maps output index to reduction op type;
-    ``strides`` holds each output's element strides over the domain.
-    """
-
-    def __init__(self, typed, domain, reductions):
-        self.typed, self.domain, self.reductions = typed, domain, reductions
-        row_strides = loops.contiguous_strides(domain[:-1]) + (0,)
-        full_strides = loops.contiguous_strides(domain)
-        self.strides = [row_strides if k in reductions else full_strides
-                        for k in range(typed.recipe.outputs)]
-
-
-def _plan(step):
-    """The plan of a Calculate step, or None if the kernel does not support it."""
-    dtype = step.outputs[0].dtype if step.outputs else None
-    if dtype not in DTYPES or any(t.dtype != dtype for t in step.inputs + step.outputs):
-        return None
-    try:
-        domain = tuple(np.broadcast_shapes(*(t.shape for t in step.inputs)))
-        typed = TypedRecipe(step, step.inputs)
-    except (MyelinError, ValueError):
-        return None
-    outputs = typed.outputs()
-    if len(outputs) != len(step.outputs):
-        return None
-    read = {node for _, expr in typed.recipe.assignments for node in recipes.walk(expr)}
-    reductions = {}
-    for target, expr in typed.recipe.assignments:
-        if is_reduction(expr):
-            argument = expr.args[0]
-            part = typed.parts[expr]
-            if (target.kind != "@" or target in read or expr.op not in TRAILING_REDUCTIONS
-                    or not typed.elementwise_only(argument)
-                    or typed.types[argument].shape != domain or not domain
-                    or reduced_axes(part, len(domain)) != (len(domain) - 1,)
-                    or expr.op == "Mean" and not dtype.startswith("float")):
-                return None
-            reductions[target.index] = expr.op
-        elif not typed.elementwise_only(expr):
-            return None
-        elif target.kind == "@" and typed.types[target].shape != domain:
-            return None
-    for (index, _), tensor in zip(outputs, step.outputs):
-        value = typed.types[recipes.Ref("@", index)]
-        if (value.dtype, tuple(value.shape)) != (tensor.dtype, tuple(tensor.shape)):
-            return None
-    return _Plan(typed, domain, reductions)
+    compiled (:func:`myelin.plan.recipe.epilogue`)."""
+    return _once(_EPILOGUES, step,
+                 lambda s: plan_recipes.epilogue(s, elementwise.supported, TypedRecipe))
 
 
 class CalculateKernel(Kernel):
@@ -225,8 +104,10 @@ class CalculateKernel(Kernel):
 
     @staticmethod
     def plan(step):
-        """The step's parsed and checked recipe (computed once per step), or None."""
-        return _once(_PLANS, step, _plan)
+        """The step's :class:`~myelin.plan.recipe.CalculatePlan` (computed once per step), or
+        None."""
+        return _once(_PLANS, step, lambda s: plan_recipes.calculate_plan(
+            s, elementwise.supported, TypedRecipe))
 
     def supports(self, step, target):
         return step.type == "Calculate" and self.plan(step) is not None
