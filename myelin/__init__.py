@@ -15,7 +15,7 @@ from myelin.errors import (CompileError, DeviceError, ExportError, FlowError, Fl
                            InputError, MyelinError, SerializationError, ShapeError,
                            UnsupportedOpError, UnsupportedTypeError)
 from myelin.flow import *  # noqa: F401,F403  (the IR and the DT_* constants)
-from myelin.flow.builder import Builder
+from myelin.builder import Builder
 from myelin import reference
 from myelin.autodiff import gradient
 from myelin.version import __version__  # noqa: F401

@@ -12,6 +12,7 @@ import pytest
 
 import myelin
 from myelin import reference
+from myelin.builder import verify
 from myelin.errors import ShapeError
 from myelin.optimize import Context
 from myelin.optimize.attention import fuse_attention
@@ -145,7 +146,7 @@ def fused(flow):
     """A copy of ``flow`` after the attention pass, and whether it changed anything."""
     copy = flow.copy()
     changed = fuse_attention(copy, Context())
-    copy.verify()
+    verify.check(copy)
     return copy, changed
 
 

@@ -12,6 +12,7 @@ import myelin
 import myelin.control
 from jitcheck import lstm_flow, numpy_lstm, relative_error
 from myelin import reference
+from myelin.builder import verify
 from myelin.errors import CompileError, FlowError, InputError, ShapeError
 
 
@@ -297,7 +298,7 @@ def test_a_function_without_results_is_reported():
     f = myelin.Builder(flow, "f")
     f.param("x", "float32")
     with pytest.raises(FlowError, match="half a signature"):
-        flow.verify()
+        verify.check(flow)
     with pytest.raises(FlowError, match="no function with a signature"):
         myelin.control.compile(flow)
 

@@ -6,6 +6,7 @@ import pytest
 
 import myelin
 from jitcheck import PRESETS, random_array, run_and_compare
+from myelin.builder import verify
 from myelin.optimize import Context
 from myelin.optimize.inference import fold_scale_axis, simplify_inference
 
@@ -319,7 +320,7 @@ def test_batch_norm_folds_into_conv(bias):
     assert simplify_inference(after, ctx)
     assert _types(after) == ["Conv", "Mul", "Add", "Relu"]
     assert fold_scale_axis(after, ctx)
-    after.verify()
+    verify.check(after)
     assert _types(after) == ["Conv", "Relu"]
     (conv,) = [op for op in after.funcs["f"].ops if op.type == "Conv"]
     assert len(conv.inputs) == 3 and all(v.constant for v in conv.inputs[1:])

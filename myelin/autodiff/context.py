@@ -4,7 +4,7 @@
 A rule is the ``gradient`` of an op's registry entry, ``rule(g)`` with ``g`` an OpContext. It
 reads the incoming adjoints of the op's outputs (``g.dy``, ``g.adjoint(i)``), the forward values
 it needs (``g.x``, ``g.y``, ``g.value(var)``), builds terms with ``g.b`` (a
-:class:`~myelin.flow.builder.Builder` of the gradient function) and hands each input's term to
+:class:`~myelin.builder.Builder` of the gradient function) and hands each input's term to
 ``g.add(i, term)``, for the inputs where ``g.needs(i)``. A term may have any shape that
 broadcasts with the input's: the pass sums the terms of a variable and sums a broadcast term
 back to the variable's shape (or broadcasts a smaller one up to it).
@@ -12,7 +12,7 @@ back to the variable's shape (or broadcasts a smaller one up to it).
 
 from myelin.autodiff import names
 from myelin.autodiff.primal import PRIMAL
-from myelin.flow.builder import Builder
+from myelin.builder import Builder
 from myelin.flow.graph import VarFlags
 
 

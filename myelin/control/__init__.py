@@ -1,7 +1,7 @@
 """Control flow: flows whose functions call each other, branch and loop, compiled into cells
 for their straight-line parts and run by a small VM, after Myia's pipeline.
 
-Build such a flow with the Builder's control-flow methods (:mod:`myelin.flow.control`:
+Build such a flow with the Builder's control-flow methods (:mod:`myelin.builder.control`:
 ``param``, ``ret``, ``call``, ``function``, ``partial``, ``tuple``, ``if_else``,
 ``while_loop``), then::
 

@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from myelin.builder import verify
 from myelin.control import loops, peephole
 from myelin.control.link import link
 from myelin.control.lower import FunctionCode, Instr, Segment
@@ -35,11 +36,12 @@ def compile(flow, optimize=True, native_loops=True, **compiler_options):
     """Compile every function of ``flow`` that has a signature; returns a :class:`Program`.
     ``optimize`` runs the peephole step and, with ``native_loops``, the native-loop step;
     ``compiler_options`` go to :class:`myelin.Compiler` for the cells. FlowError if the flow
-    is inconsistent (:meth:`Flow.verify`: its control-flow ops' functions and arguments too)."""
+    is inconsistent (:func:`myelin.builder.verify.check`: its control-flow ops' functions and
+    arguments too)."""
     functions = [func for func in flow.funcs.values() if func.results is not None]
     if not functions:
         raise FlowError("the flow has no function with a signature (param()s and ret())")
-    flow.verify()
+    verify.check(flow)
     for func in functions:
         for var in func.params + func.results:
             if not var.shape_defined:

@@ -1,4 +1,5 @@
-"""The flow IR: graph objects, data types, the Builder, .flow files, text and DOT dumps."""
+"""The flow IR: graph objects, data types, .flow files, text and DOT dumps (the Builder that
+makes flows with the op registry is :mod:`myelin.builder`)."""
 
 from myelin.flow.dtypes import (DT_BOOL, DT_DOUBLE, DT_FLOAT, DT_FLOAT16, DT_FLOAT32, DT_FLOAT64,
                                 DT_INT, DT_INT8, DT_INT16, DT_INT32, DT_INT64, DT_RESOURCE,

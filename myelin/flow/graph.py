@@ -488,11 +488,6 @@ class Flow:
         for func in self.funcs.values():
             func.ops = self.order(func)
 
-    def verify(self):
-        """Raise FlowError listing every inconsistency in the graph (see myelin.flow.verify)."""
-        from myelin.flow.verify import check
-        check(self)
-
     def copy(self):
         """A structural copy of the flow that shares the constant arrays (``data``) with it.
 

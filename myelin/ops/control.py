@@ -2,7 +2,7 @@
 two-way branches.
 
 A function with a signature (``Function.params`` and ``Function.results``, set by the
-Builder's control-flow methods, :mod:`myelin.flow.control`) can be called:
+Builder's control-flow methods, :mod:`myelin.builder.control`) can be called:
 
 - ``Call`` (attribute ``function``): runs that function on its inputs, one per parameter; its
   outputs are the function's results. Without the attribute, input 0 is a function value

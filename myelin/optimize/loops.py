@@ -12,8 +12,8 @@ their values from one round to the next, and so does everything computed from th
 
 import math
 
+from myelin.builder import Builder
 from myelin.flow import dtypes
-from myelin.flow.builder import Builder
 from myelin.optimize.cleanup import forward, is_stateful
 
 PROJECTION_BYTES = 64 << 20    # the largest precomputed product project_rows makes

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Callable
 
+from myelin.builder import verify
 from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, layout,
                              quantized, quantized_conv, simplify)
 
@@ -162,7 +163,7 @@ def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold
         changed = bool(item.run(flow, ctx))
         report.runs.append(PassRun(item.name, time.perf_counter() - start, changed))
         if debug:
-            flow.verify()
+            verify.check(flow)
         if changed and dump:
             text = str(flow)
             if callable(dump):

@@ -9,6 +9,7 @@ import dataclasses
 import time
 
 from myelin import limits, optimize
+from myelin.builder import verify
 from myelin.errors import CompileError, ShapeError, UnsupportedOpError
 from myelin.flow import dtypes
 from myelin.ops import control, registry
@@ -67,7 +68,7 @@ class Planner:
                                f"{', ...' if len(calls) > 3 else ''}): compile it with "
                                f"myelin.control.compile, which runs it on the VM")
         flow.infer_inputs_and_outputs()
-        flow.verify()
+        verify.check(flow)
         flow = flow.copy()
         for name, (_, feedback) in self.loops.items():
             loops.project_rows(flow, flow.funcs[name], {state for _, state in feedback})
@@ -76,7 +77,7 @@ class Planner:
                                         fusable=self.fusable,
                                         channel_block=(self.channel_block(target)
                                                        if self.channel_block else 0))
-        flow.verify()
+        verify.check(flow)
         self.timings["optimize"] = time.perf_counter() - start
 
         self.progress("plan", 0, 0)

@@ -35,8 +35,8 @@ import math
 import numbers
 
 from myelin.autodiff.names import adjoint_name, gradient_function_name
+from myelin.builder import Builder
 from myelin.errors import FlowError, InputError
-from myelin.flow.builder import Builder
 from myelin.flow.dtypes import DT_DOUBLE, is_float
 from myelin.flow.graph import Variable
 from myelin.runtime.network import Instance

@@ -25,10 +25,10 @@ place) and the optimizer's update.
 import numpy as np
 
 from myelin import autodiff
+from myelin.builder import Builder
 from myelin.compiler import Compiler
 from myelin.errors import FlowError, InputError
 from myelin.flow import dtypes
-from myelin.flow.builder import Builder
 from myelin.flow.graph import Variable
 from myelin.train.losses import mean_squared_error, softmax_cross_entropy
 from myelin.train.parameters import initialize

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import myelin
+from myelin.builder import verify
 from myelin.errors import FlowError
 from myelin.flow.graph import FuncFlags, OpFlags, VarFlags
 
@@ -36,7 +37,7 @@ def test_links_follow_the_api():
     flow.delete_op(relu)
     assert other.consumers == [] and flow.vars["f/y"].producer is None
     assert relu not in flow.func("f").ops
-    flow.verify()
+    verify.check(flow)
     with pytest.raises(FlowError, match="already exists"):
         flow.var("f/x")
     with pytest.raises(FlowError, match="still in use"):
@@ -60,7 +61,7 @@ def test_verifier_reports_every_problem():
     flow.func("f").ops.append(matmul)           # 4: listed twice
     flow.vars["f/W"].shape = (5, 3)             # 5: constant size does not match its shape
     with pytest.raises(FlowError) as error:
-        flow.verify()
+        verify.check(flow)
     text = str(error.value)
     assert "5 problems" in text
     for fragment in ("names producer f/MatMul", "names consumer f/Relu", "twice",
@@ -75,7 +76,7 @@ def test_cycles_are_reported():
     flow.op("first", "Neg", func, [b], [a])
     flow.op("second", "Neg", func, [a], [b])
     with pytest.raises(FlowError, match="cycle through ops first, second"):
-        flow.verify()
+        verify.check(flow)
 
 
 def test_topological_order_is_stable():

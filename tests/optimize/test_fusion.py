@@ -6,6 +6,7 @@ import pytest
 
 import myelin
 from myelin import reference
+from myelin.builder import verify
 from myelin.ops import recipe
 from myelin.optimize import Context, fusion
 
@@ -21,7 +22,7 @@ def inferred_guide_flow(rng):
 def fused(flow):
     flow = flow.copy()
     assert fusion.fuse(flow, Context())
-    flow.verify()
+    verify.check(flow)
     return flow
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import myelin
 from myelin import reference
+from myelin.builder import verify
 from myelin.errors import ShapeError
 from myelin.optimize import Context
 from myelin.optimize.cleanup import eliminate_common_subexpressions, eliminate_dead_code
@@ -32,7 +33,7 @@ def apply(flow, *passes, ctx=None):
     changed = False
     for pass_ in passes:
         changed |= pass_(flow, ctx)
-        flow.verify()
+        verify.check(flow)
     return changed
 
 

@@ -16,10 +16,10 @@ import logging
 import numpy as np
 
 from myelin import limits
+from myelin.builder import Builder
 from myelin.errors import (InputError, LimitError, ShapeError, UnsupportedOpError,
                            UnsupportedTypeError)
 from myelin.flow import Flow, dtypes
-from myelin.flow.builder import Builder
 from myelin.importers.graph import ImportedGraph, Signature
 from myelin.importers.onnx import converters, proto
 from myelin.importers.onnx.context import NeedsInputValues, NodeContext, Sequence

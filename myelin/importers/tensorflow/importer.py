@@ -12,9 +12,9 @@ of node ``n`` is the flow variable ``<func>/n``, output k is ``<func>/n:k``.
 
 import dataclasses
 
+from myelin.builder import Builder
 from myelin.errors import InputError, ShapeError, UnsupportedOpError
 from myelin.flow import Flow
-from myelin.flow.builder import Builder
 from myelin.flow.graph import Variable
 from myelin.importers.tensorflow import converters, graphdef
 from myelin.importers.tensorflow.context import NodeContext

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+from myelin.builder import Builder
 from myelin.errors import InputError, ShapeError, UnsupportedOpError, UnsupportedTypeError
 from myelin.flow import Flow, dtypes
-from myelin.flow.builder import Builder
 from myelin.flow.graph import Variable
 from myelin.importers.graph import ImportedGraph, Signature
 from myelin.importers.torch import converters, types

@@ -1,5 +1,5 @@
 """ONNX control flow: If, Loop and Scan, onto myelin's functions with signatures, ``If`` and
-``Call`` ops (:mod:`myelin.flow.control`), which :mod:`myelin.control` compiles and runs.
+``Call`` ops (:mod:`myelin.builder.control`), which :mod:`myelin.control` compiles and runs.
 
 Subgraphs (``then_branch``, ``else_branch``, ``body``) are imported into functions of their
 own; the names of the graphs around them that they read become the functions' free

@@ -29,9 +29,9 @@ decides them.
 import numpy as np
 
 from myelin import ops
+from myelin.builder.control import ControlFlow
 from myelin.flow import dtypes
 from myelin.flow.dtypes import DT_BOOL, DT_FLOAT, DT_FLOAT32, DT_INT32
-from myelin.flow.control import ControlFlow
 from myelin.flow.graph import Function, Variable, atomic
 
 _LITERAL_DEFAULTS = {"b": DT_BOOL, "i": DT_INT32, "u": DT_INT32, "f": DT_FLOAT32}
@@ -52,7 +52,7 @@ def _literal_dtype(value, like):
 class Builder(ControlFlow):
     """Adds variables and operations to function ``func`` (a name or a Function) of ``flow``;
     control flow (functions with signatures, calls, branches, loops) comes from
-    :class:`~myelin.flow.control.ControlFlow`."""
+    :class:`~myelin.builder.control.ControlFlow`."""
 
     def __init__(self, flow, func):
         self.flow = flow

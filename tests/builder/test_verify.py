@@ -9,8 +9,8 @@ import pytest
 
 import myelin
 import myelin.control
+from myelin.builder import verify
 from myelin.errors import FlowError, ShapeError
-from myelin.flow import verify
 
 
 def _reloaded(flow):

@@ -43,7 +43,7 @@ def free_variables(functions, bound=(), used=()):
 
 
 class ControlFlow:
-    """The control-flow methods of :class:`~myelin.flow.builder.Builder`."""
+    """The control-flow methods of :class:`~myelin.builder.Builder`."""
 
     def param(self, name, dtype, shape=()):
         """A new parameter ``<func>/<name>`` of the function, after those it has."""

@@ -8,6 +8,7 @@ import pytest
 
 import myelin
 from myelin import ops, reference
+from myelin.builder import verify
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_failed_helpers_leave_the_flow_as_it_was(f):
     with pytest.raises(myelin.ShapeError, match="f/Concat"):
         f.concat([x, x], axis=2)
     assert (list(f.flow.ops), list(f.flow.vars)) == before
-    assert f.flow.verify() is None
+    assert verify.check(f.flow) is None
 
 
 def test_builder_on_a_function_object():
