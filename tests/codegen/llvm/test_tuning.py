@@ -16,7 +16,8 @@ from myelin import cachefiles, reference
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm import tuning
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "scripts"))
 import fuzz_cache  # noqa: E402
 import fuzz_caches  # noqa: E402
 

@@ -1,14 +1,9 @@
 """Small models the GPU runtime's tests run, on the emulated driver and on a real GPU."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
 import myelin
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "onnx"))
 
 
 def mlp_flow(batch, sizes, rng):

@@ -5,7 +5,6 @@ kernel)."""
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -42,9 +41,6 @@ def _model(name):
     """(flow, input variable, input shape) of an imported PyTorch network."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnx")
-    models = str(Path(__file__).parents[1] / "onnx")
-    if models not in sys.path:
-        sys.path.insert(0, models)
     from myelin.importers.onnx import import_model
     from torch_models import encoder, export, mnist_mlp
 

@@ -7,7 +7,6 @@ foreign or of another version."""
 import multiprocessing
 import pickle
 import struct
-import sys
 import time
 
 import numpy as np
@@ -143,7 +142,6 @@ def test_an_onnx_model_with_several_signatures(tmp_path):
 
 
 def test_an_onnx_model_with_control_flow_and_a_staged_one():
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "onnx"))
     from test_convert_control import _if_model
     from test_staged import _detector, _detector_inputs
 

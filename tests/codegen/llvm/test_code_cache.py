@@ -22,7 +22,8 @@ from myelin.cli import main as cli_main
 from myelin.codegen.llvm import codecache, kernelfunc
 from myelin.codegen.llvm.codecache import CodeCache, size_limit
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "scripts"))
 import fuzz_cache  # noqa: E402
 
 

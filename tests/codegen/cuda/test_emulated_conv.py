@@ -2,8 +2,6 @@
 (strides, pads, dilations, groups, depthwise, 1x1, auto_pad, FusedConv epilogues, the direct
 and the tiled kernels), a ResNet-18 imported from ONNX, and every module compiled by NVRTC."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,7 +151,6 @@ def _resnet18(rng):
     """ResNet18(width=8, classes=10) exported by PyTorch and imported, and its input."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnx")
-    sys.path.insert(0, str(Path(__file__).parents[1] / "onnx"))
     from torch_models import ResNet18, export
     from myelin.importers.onnx import import_model
 

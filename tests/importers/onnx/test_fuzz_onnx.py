@@ -8,7 +8,7 @@ import sys
 
 import myelin.onnx
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
 import fuzz_onnx  # noqa: E402
 import fuzzing  # noqa: E402
 

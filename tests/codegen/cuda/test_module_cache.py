@@ -15,7 +15,7 @@ from myelin.codegen.cuda import module, planner
 from myelin.codegen.cuda.modulecache import ModuleCache
 from myelin.codegen.cuda.target import CudaTarget
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "scripts"))
 import fuzz_cache  # noqa: E402
 import fuzz_caches  # noqa: E402
