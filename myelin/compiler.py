@@ -9,7 +9,8 @@ the cells' module and the kernels' modules for the host CPU, on several threads,
 compile cache (:mod:`myelin.codegen.llvm.codecache`) has their code already: a network
 compiled before is loaded and bound to this network's globals, and a kernel compiled before
 (for any network) is taken from the cache. ``Compiler().emit(flow, triple)`` compiles for
-another LLVM target, to assembly or an object file.
+another LLVM target, to assembly or an object file. ``Compiler(backend="cuda")`` compiles for
+an NVIDIA GPU instead (:mod:`myelin.cuda`).
 """
 
 import contextlib
@@ -48,6 +49,7 @@ _CACHE_OFF = ("0", "off", "no", "false")
 KERNEL_OPT_LEVEL = 3     # LLVM's optimization level for kernel functions
 CELL_OPT_LEVEL = 1       # and for the cell functions, which only call them
 _CELLS = "cells"         # the name of the module of the cell functions in a compilation
+BACKENDS = ("cpu", "cuda")
 
 
 def _reported(method):
@@ -106,12 +108,30 @@ class Compiler:
     ``max_tensor_bytes`` bounds each tensor planned and each cell's instance block (bytes, or
     a size such as "8G"; default $MYELIN_MAX_TENSOR_BYTES, else 4 GiB): a flow asking for more
     raises LimitError at compile time, before anything is allocated (see :mod:`myelin.limits`).
+    ``backend`` is "cpu" (the host, through LLVM) or "cuda" (the GPU of ``driver``, default
+    this machine's: :func:`myelin.cuda.compile`, with this compiler's ``opt_level``,
+    ``reuse_memory`` and ``disable_passes``; options only the CPU back end has raise
+    CompileError with it).
     """
 
     def __init__(self, features=None, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
                  threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
-                 loops=None, progress=None, select=None, max_tensor_bytes=None):
+                 loops=None, progress=None, select=None, max_tensor_bytes=None, backend="cpu",
+                 driver=None):
+        if backend not in BACKENDS:
+            raise CompileError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        cpu_only = {"features": features is not None, "alignment": alignment != 64,
+                    "dump": bool(dump), "threads": threads is not None, "profile": bool(profile),
+                    "tune": bool(tune), "loops": bool(loops), "select": select is not None,
+                    "max_tensor_bytes": max_tensor_bytes is not None}
+        if backend == "cuda" and any(cpu_only.values()):
+            raise CompileError("options of the CPU back end given to backend='cuda': "
+                               + ", ".join(name for name, given in cpu_only.items() if given))
+        if backend == "cpu" and driver is not None:
+            raise CompileError("a driver is for backend='cuda'")
+        self.backend = backend
+        self.driver = driver
         self.target = targets.host(features)
         self.max_tensor_bytes = limits.as_bytes(max_tensor_bytes)
         self.select = select or kernels.select
@@ -148,6 +168,10 @@ class Compiler:
         network keeps its object code and symbol table (``network.image``), so it pickles
         and saves (:mod:`myelin.runtime.serialize`).
         """
+        if self.backend == "cuda":
+            from myelin.runtime.cuda.network import compile as compile_for_gpu
+            return compile_for_gpu(flow, self.driver, self.opt_level, self.reuse_memory,
+                                   self.disable_passes)
         self.timings = {}
         flow, planned, globals_ = self.prepare(flow, self.target)
         if self.tune:

@@ -217,9 +217,33 @@ def test_without_a_gpu_compile_raises_device_error(monkeypatch):
     flow, *_ = guide_flow(np.random.default_rng(5))
     with pytest.raises(myelin.errors.DeviceError, match="no CUDA driver/GPU"):
         myelin.cuda.compile(flow)
+    with pytest.raises(myelin.errors.DeviceError, match="no CUDA driver/GPU"):
+        myelin.Compiler(backend="cuda").compile(flow)
 
 
 @pytest.mark.parametrize("model", ["encoder", "cnn"])
 def test_imported_models(driver, model):
     """A transformer encoder and a ResNet-18-style CNN, against PyTorch on the CPU."""
     assert imported_model_error(driver, model, 1, np.random.default_rng(6)) <= 1e-4
+
+
+def test_the_compiler_with_backend_cuda(driver):
+    """``Compiler(backend="cuda")`` is myelin.cuda.compile with the compiler's options."""
+    flow, x = mlp_flow(3, [16, 24, 8], np.random.default_rng(7))
+    net = myelin.Compiler(backend="cuda", driver=driver, opt_level=2).compile(flow)
+    assert isinstance(net, myelin.cuda.CudaNetwork)
+    data = net.cell("f").instance()
+    xv = np.random.default_rng().standard_normal((3, 16)).astype(np.float32)
+    data[x] = xv
+    data.compute()
+    check_outputs(flow, data, {x: xv})
+
+
+def test_the_compiler_s_backends_and_their_options():
+    with pytest.raises(myelin.CompileError, match="backend 'tpu' is not one of cpu, cuda"):
+        myelin.Compiler(backend="tpu")
+    with pytest.raises(myelin.CompileError, match="CPU back end given to backend='cuda': "
+                                                 "threads, tune"):
+        myelin.Compiler(backend="cuda", threads=2, tune=True)
+    with pytest.raises(myelin.CompileError, match="a driver is for backend='cuda'"):
+        myelin.Compiler(driver=object())
