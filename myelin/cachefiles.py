@@ -27,10 +27,14 @@ every other byte of the file, then the header, then a payload (if any) at the ne
 of 64 bytes. A reader checks the file, the magic number, the format, the lengths and the
 HMAC before it parses the header; a cache then checks the header's fields itself.
 
-Entries are written atomically and durably (:func:`write_atomic`): into a temporary file of
-the same directory (``.<name>.<random>.tmp``), flushed to disk, renamed over the entry, and
-the directory flushed; a reader sees a whole entry or none, even with several processes
-writing at once or after a power failure. A writer killed before the rename leaves its
+Entries are written atomically (:func:`write_atomic`): into a temporary file of the same
+directory (``.<name>.<random>.tmp``), then renamed over the entry; a reader sees a whole entry
+or none, even with several processes writing at once. They are not flushed to the disk (a
+compile that writes 66 entries spent a quarter of a second in ``fsync``): after a power
+failure an entry may be missing, or damaged where the file system kept the new name but not
+its data, which its signature check rejects as a miss (compiled again and replaced). A
+directory's key, whose loss would make every entry a miss, is flushed to the disk, and the
+directory with it. A writer killed before the rename leaves its
 temporary file: those older than :data:`STALE_SECONDS` are removed
 (:func:`remove_stale_temporaries`) on a process's first write into a directory and when the
 compile cache is pruned; younger ones may belong to a writer still at work.
@@ -167,7 +171,7 @@ def secret(directory, create=False):
 def write_signed(directory, name, magic, version, header, payload=()):
     """Write an entry ``directory/name`` of the cache whose entries begin with ``magic`` (8
     bytes) in format ``version``: the JSON ``header`` (bytes) and the bytes-like ``payload``
-    pieces, signed with the directory's secret, atomically and durably. Returns the entry's
+    pieces, signed with the directory's secret, atomically. Returns the entry's
     size in bytes, or None (logged) when the directory is not trusted, has no secret or
     cannot be written."""
     if not trusted(directory, create=True):
@@ -225,9 +229,10 @@ def sign(key, pieces):
 
 
 def write_atomic(directory, name, pieces):
-    """Write the bytes-like ``pieces`` as ``directory/name``, atomically and durably; returns
-    False (and logs why) when the directory is not trusted or cannot be written. The first
-    write of this process into ``directory`` removes its stale temporary files."""
+    """Write the bytes-like ``pieces`` as ``directory/name``, atomically (not flushed to the
+    disk: see the module); returns False (and logs why) when the directory is not trusted or
+    cannot be written. The first write of this process into ``directory`` removes its stale
+    temporary files."""
     if not trusted(directory, create=True):
         return False
     if directory not in _swept:
@@ -239,10 +244,8 @@ def write_atomic(directory, name, pieces):
         with os.fdopen(handle, "wb") as file:
             for piece in pieces:
                 file.write(piece)
-            _flush(file)
         os.replace(temporary, os.path.join(directory, name))
         temporary = None
-        _sync_directory(directory)
         return True
     except OSError as error:
         log.warning("cannot write %s in the cache %s: %s", name, directory, error)

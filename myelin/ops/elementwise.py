@@ -1,7 +1,10 @@
 """Element-wise ops: unary math, broadcasting arithmetic, comparisons, logic, Cond/Select, Cast.
 
-Unary and binary ops are defined from tables of (op type, NumPy function, type domain, doc), one
-line per op. Conventions:
+Unary and binary ops are defined from tables of (op type, NumPy function, accepted types, doc,
+facts), an entry per op; the facts (:func:`_facts`) are what other layers derive their tables
+from: the names ONNX, TensorFlow and PyTorch give the op, its Builder method, the inputs tests
+draw, and for a composite op (``Cot``, ``Softsign``, ``QuickGelu``) its expansion into other
+ops, which back ends lower instead of a lowering of its own. Conventions:
 
 * Binary ops broadcast like NumPy; all value inputs must have the same element type, and the
   output has that type, except comparisons, whose output is ``bool``.

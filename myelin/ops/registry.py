@@ -60,10 +60,11 @@ class OpDef:
     ops that are this op exactly, on the same inputs and attributes (its importer converts
     them one to one; ATen names without ``aten.``). ``helper`` is the name of the Builder
     method that makes the op ("" derives it, :func:`helper`; None: no method). ``domain`` is
-    the (low, high) of the real inputs where the op is defined and smooth: tests draw from it.
-    ``expansion(e, args, attrs)``, for a composite op, builds its value from other ops
-    through an expander ``e`` (:func:`expand`); a back end that has no lowering of its own
-    for the op lowers the expansion.
+    the (low, high) of the real inputs where the op is defined and smooth (one such pair per
+    input for a binary op): tests draw from it. ``expansion(e, *args)``, for a composite op,
+    builds its value from other ops through an :class:`Expander` ``e`` (which also reads the
+    op's attributes); a back end that has no lowering of its own for the op lowers the
+    expansion (:func:`expand`).
     """
 
     type: str

@@ -24,7 +24,7 @@ JSON header and an HMAC-SHA256 of the whole file, then the header, then the payl
 aligned). The header holds the key's fields, the object's size, each array's type and shape,
 the symbol table with the size of what each symbol addresses, and a description; the
 payload is the object, then each array, each at the next multiple of 64 bytes. Entries are
-written atomically and durably, and the cache is pruned, least recently used entries first,
+written atomically, and the cache is pruned, least recently used entries first,
 to its size limit (and of the temporary files of killed writers).
 
 What an entry must pass before any of it is used; failing any check is a miss (a warning,

@@ -421,7 +421,7 @@ def test_a_key_others_can_read_is_replaced(tmp_path, w1, caplog):
     assert "cache" in compile_mlp(w1, tmp_path)[1]      # signed with the new key
 
 
-def test_entries_are_written_durably(tmp_path, monkeypatch):
+def test_entries_are_written_atomically_and_only_the_key_durably(tmp_path, monkeypatch):
     synced = []
     fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda handle: synced.append(os.fstat(handle)) or
@@ -429,10 +429,27 @@ def test_entries_are_written_durably(tmp_path, monkeypatch):
     assert cachefiles.write_atomic(str(tmp_path / "d"), "entry", [b"ab", b"cd"])
     assert (tmp_path / "d" / "entry").read_bytes() == b"abcd"
     assert os.stat(tmp_path / "d").st_mode & 0o777 == 0o700
-    # The file's data before the rename, then the directory holding the new name.
-    assert [stat.S_ISREG(status.st_mode) for status in synced] == [True, False]
-    assert synced[1].st_ino == os.stat(tmp_path / "d").st_ino
+    assert synced == []                                 # an entry is not flushed
     assert os.listdir(tmp_path / "d") == ["entry"]      # no temporary file left
+    # The key (made by the first signed write): its data, then the directory with its name.
+    assert cachefiles.write_signed(str(tmp_path / "e"), "signed", b"MYELINTT", 1, b"{}")
+    assert [stat.S_ISREG(status.st_mode) for status in synced] == [True, False]
+    assert synced[1].st_ino == os.stat(tmp_path / "e").st_ino
+
+
+def test_a_damaged_entry_is_a_miss_compiled_again(tmp_path, w1, caplog):
+    """What a power loss can leave of an entry that was never flushed (its name, with its
+    data cut short or zeros) is rejected by its signature: a miss, compiled and replaced."""
+    compile_mlp(w1, tmp_path)
+    (entry,) = entries(tmp_path)
+    size = os.path.getsize(tmp_path / entry)
+    (tmp_path / entry).write_bytes(bytes(size // 2))
+    with caplog.at_level(logging.WARNING, logger="myelin.cache"):
+        net, timings = compile_mlp(w1, tmp_path)
+    assert "llvm" in timings and "ignoring compile cache entry" in caplog.text
+    assert "is not an entry of this cache" in caplog.text       # (its magic number is zeros)
+    check(net, w1, np.random.default_rng())
+    assert "cache" in compile_mlp(w1, tmp_path)[1]      # replaced by a whole entry
 
 
 def test_stale_temporary_files_are_pruned(tmp_path, w1, monkeypatch):
