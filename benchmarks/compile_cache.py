@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "importers",
+                                "onnx"))
 from common import ort_session  # noqa: E402
 from torch_models import MatMul, ResNet18, export  # noqa: E402
 

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "importers",
+                                "onnx"))
 from common import compare  # noqa: E402
 from fusion import CHAINS, chain_flow, chain_numpy  # noqa: E402
 from torch_models import ResNet18, encoder, export  # noqa: E402

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "importers",
+                                "onnx"))
 from common import format_seconds, ort_session, time_call  # noqa: E402
 from guide_example import build, onnx_model  # noqa: E402
 from torch_models import export, mnist_mlp  # noqa: E402

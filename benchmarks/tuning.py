@@ -95,7 +95,8 @@ def kernels():
 
 def resnet():
     """ResNet-18 from ONNX, default and tuned: latency and compile time."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "importers",
+                                    "onnx"))
     import torch
     import myelin.onnx
     from torch_models import ResNet18, export
