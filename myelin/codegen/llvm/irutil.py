@@ -86,10 +86,15 @@ def splat(builder, scalar, width):
     """Broadcast a scalar value to a vector of ``width`` lanes (the scalar itself for width 1)."""
     if width == 1:
         return scalar
-    typ = ir.VectorType(scalar.type, width)
-    single = builder.insert_element(ir.Constant(typ, ir.Undefined), scalar, ir.Constant(I32, 0))
-    return builder.shuffle_vector(single, ir.Constant(typ, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, width), [0] * width))
+    undefined = _undefined(ir.VectorType(scalar.type, width))
+    single = builder.insert_element(undefined, scalar, const(I32, 0))
+    return builder.shuffle_vector(single, undefined, const(ir.VectorType(I32, width), 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _undefined(typ):
+    """The undefined value of ``typ`` (made once, as :func:`const` makes constants)."""
+    return ir.Constant(typ, ir.Undefined)
 
 
 def every_nth(builder, vector, stride, width):
