@@ -32,6 +32,7 @@ import numpy as np
 
 # Winograd F(2x2, 3x3)'s weight transform: a 3x3 kernel g becomes G g G^T.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+_WINOGRAD_KRON = np.kron(WINOGRAD_G, WINOGRAD_G)     # vec(G g G^T) = kron(G, G) vec(g)
 
 
 def blocked_shape(shape, block):
@@ -110,8 +111,12 @@ def winograd_weight(weight, size):
     """A 3x3 Conv weight ``[M, C, 3, 3]`` in Winograd's form (``G g G^T``, computed in float64)
     packed for ``size`` channels a block, position by position: ``[M/size, 4, 4, C/size, size,
     size]``."""
-    # (products of 3x3 matrices batched over [M, C]: a third of einsum's time, same sums)
-    transformed = WINOGRAD_G @ np.asarray(weight, np.float64) @ WINOGRAD_G.T
+    # G g G^T is linear in g: each of its 16 values a sum of the 9 taps times kron(G, G)'s
+    # row, so all [M, C] kernels are one product of [M C, 9] by [9, 16] (a fifth of the time
+    # of 3x3 products batched over [M, C])
+    out_channels, in_channels = weight.shape[:2]
+    taps = np.asarray(weight, np.float64).reshape(out_channels * in_channels, 9)
+    transformed = (taps @ _WINOGRAD_KRON.T).reshape(out_channels, in_channels, 4, 4)
     packed = block_weight(transformed.astype(np.float32), size, False)
     return np.ascontiguousarray(packed.transpose(0, 2, 3, 1, 4, 5))
 
