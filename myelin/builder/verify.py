@@ -25,13 +25,15 @@ def problems(flow):
             found.append(f"variable {name} has unknown type {var.dtype!r}")
         if var.producer is not None:
             if id(var.producer) not in op_ids:
-                found.append(f"variable {name} is produced by {var.producer.name}, which is not in the flow")
+                found.append(f"variable {name} is produced by {var.producer.name}, "
+                             f"which is not in the flow")
             elif var not in var.producer.outputs:
                 found.append(f"variable {name} names producer {var.producer.name}, "
                              f"which does not list it as an output")
         for consumer in var.consumers:
             if id(consumer) not in op_ids:
-                found.append(f"variable {name} is consumed by {consumer.name}, which is not in the flow")
+                found.append(f"variable {name} is consumed by {consumer.name}, "
+                             f"which is not in the flow")
             elif not any(v is var for v in consumer.inputs):
                 found.append(f"variable {name} names consumer {consumer.name}, "
                              f"which does not list it as an input")

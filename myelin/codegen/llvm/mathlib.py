@@ -17,10 +17,11 @@ Every emitter takes an :class:`llvmlite.ir.IRBuilder` and a value of type ``floa
 The same code serves scalars (the remainder of a vector loop) and vectors of any width.  Branches
 are computed for every lane and merged with ``select``, so there is no control flow.
 
-Accuracy (measured against float64 / long double references in ``tests/codegen/llvm/test_mathlib.py``): about
-1e-7 relative for float32 and 1e-15 for float64 over the useful ranges; the docstrings give the
-exceptions.  Float32 ``pow`` is evaluated in double precision internally, because a float32
-evaluation would amplify the rounding error of y log x beyond float32 precision.  Float32
+Accuracy (measured against float64 / long double references in
+``tests/codegen/llvm/test_mathlib.py``): about 1e-7 relative for float32 and 1e-15 for float64
+over the useful ranges; the docstrings give the exceptions.  Float32 ``pow`` is evaluated in
+double precision internally, because a float32 evaluation would amplify the rounding error of
+y log x beyond float32 precision.  Float32
 ``erfc`` and ``gelu_erf`` stay in float32: the square in exp(-x^2) is kept exact as a sum of two
 floats, so its rounding error is not amplified in the tails; ``gelu_tanh`` computes only its
 argument 2u in double (three operations) and the rest in float32.

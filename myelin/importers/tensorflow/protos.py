@@ -2,11 +2,12 @@
 
 TensorFlow ships these messages in its own (large) wheel. Reading a GraphDef needs only the few
 below, so they are declared here field by field, with TensorFlow's field numbers and types
-(``tests/importers/tensorflow/test_protos.py`` checks them against TensorFlow's own descriptors), and compiled into
-message classes in a descriptor pool of their own, apart from the default pool where TensorFlow
-registers the same names. Fields a graph's import never reads (a GraphDef's function library
-and debug info, a node's experimental fields, resource and variant tensor values) are left
-out: binary parsing keeps them as unknown fields, text parsing skips them.
+(``tests/importers/tensorflow/test_protos.py`` checks them against TensorFlow's own
+descriptors), and compiled into message classes in a descriptor pool of their own, apart from
+the default pool where TensorFlow registers the same names. Fields a graph's import never
+reads (a GraphDef's function library and debug info, a node's experimental fields, resource
+and variant tensor values) are left out: binary parsing keeps them as unknown fields, text
+parsing skips them.
 
 ``GraphDef``, ``NodeDef``, ``AttrValue``, ``TensorProto`` and ``TensorShapeProto`` are the
 message classes; ``DataType`` maps TensorFlow's type names (``DT_FLOAT``) to their numbers.

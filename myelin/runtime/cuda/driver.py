@@ -4,8 +4,8 @@ The runtime (:mod:`~myelin.runtime.cuda.network`) never calls CUDA itself: a :cl
 allocates device memory, copies between host and device on streams, loads the network's
 module, launches kernels and runs GEMMs. Device addresses and streams are plain ints. There
 are two drivers: :class:`~myelin.runtime.cuda.cudadriver.CudaDriver` on the CUDA driver API and
-cuBLAS, and the tests' emulated one (``tests/codegen/cuda/emulated_driver.py``: device memory in host
-buffers, kernels compiled by g++), so the runtime's logic is tested without a GPU.
+cuBLAS, and the tests' emulated one (``tests/codegen/cuda/emulated_driver.py``: device memory
+in host buffers, kernels compiled by g++), so the runtime's logic is tested without a GPU.
 
 A planned :class:`~myelin.codegen.cuda.kernels.library.GemmCall` is row-major; cuBLAS is
 column-major. :func:`column_major` turns one into the :class:`Gemm` the driver runs: a
