@@ -122,9 +122,11 @@ class Compiler:
         if backend not in BACKENDS:
             raise CompileError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
         cpu_only = {"features": features is not None, "alignment": alignment != 64,
-                    "dump": bool(dump), "threads": threads is not None, "profile": bool(profile),
-                    "tune": bool(tune), "loops": bool(loops), "select": select is not None,
-                    "max_tensor_bytes": max_tensor_bytes is not None}
+                    "dump": bool(dump), "dump_flow": bool(dump_flow), "debug": debug is not None,
+                    "threads": threads is not None, "profile": bool(profile),
+                    "tune": bool(tune), "tuning_cache": tuning_cache is not None,
+                    "cache": cache is not None, "loops": bool(loops),
+                    "select": select is not None, "max_tensor_bytes": max_tensor_bytes is not None}
         if backend == "cuda" and any(cpu_only.values()):
             raise CompileError("options of the CPU back end given to backend='cuda': "
                                + ", ".join(name for name, given in cpu_only.items() if given))
