@@ -1,6 +1,6 @@
 """The registry is the only op table: every element-wise op it holds is lowered (or expanded)
-by each back end, made by a Builder method, and converted by the importers of the formats
-that have it; the tables of the other layers derive from it."""
+by each back end and made by a Builder method, and every op is converted by the importers of
+the formats that have an op of its name; the tables of the other layers derive from it."""
 
 import numpy as np
 import onnx
@@ -47,7 +47,16 @@ def test_a_helper_makes_its_op(op_type):
     assert getattr(f, ops.helper(ops.lookup(op_type)))(*args).producer.type == op_type
 
 
-@pytest.mark.parametrize("op_type", ELEMENT_WISE)
+# TensorFlow ops of a registered op's name that its importer does not convert, and why.
+TENSORFLOW_GAPS = {
+    "Assign": "TF1's reference variables, which graphs frozen for inference no longer hold",
+    "Conv": "TF 2's generic N-D Conv, which Keras does not emit (Conv2D and Conv3D convert)",
+    "If": "TensorFlow's functional control flow (If, StatelessIf) is not imported yet",
+    "TopK": "TF1's TopK with k an attribute (TopKV2, its successor, is not imported yet)",
+}
+
+
+@pytest.mark.parametrize("op_type", ops.types())
 def test_the_importers_convert_it_where_the_format_has_it(op_type):
     opdef = ops.lookup(op_type)
     for name in opdef.names.get("onnx", ()):
@@ -60,7 +69,7 @@ def test_the_importers_convert_it_where_the_format_has_it(op_type):
     for name in opdef.names.get("tensorflow", ()):
         assert hasattr(tf.raw_ops, name), name
         assert tf_converters.find(name) is not None, name
-    if hasattr(tf.raw_ops, op_type):
+    if hasattr(tf.raw_ops, op_type) and op_type not in TENSORFLOW_GAPS:
         assert tf_converters.find(op_type) is not None
 
 

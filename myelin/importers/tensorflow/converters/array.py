@@ -220,6 +220,19 @@ def _gather(ctx):
     return ctx.op("Gather", [params, indices], {"axis": axis or None})
 
 
+@converter("OneHot")
+def _one_hot(ctx):
+    """tf.one_hot: ``on_value`` where the new axis (``axis``, default last) equals the index,
+    ``off_value`` elsewhere; ``depth`` must be known at import time. Unlike myelin's (ONNX's)
+    OneHot, a negative index gives a row of ``off_value``: it is moved past the end."""
+    indices, on, off = ctx.input(0), ctx.input(2), ctx.input(3)
+    (depth,) = ctx.ints(1)
+    values = _concat(ctx, [ctx.reshape(off, (1,)), ctx.reshape(on, (1,))], 0)
+    negative = ctx.op("Less", [indices, ctx.const(0, indices.dtype)])
+    indices = ctx.op("Cond", [negative, ctx.const(depth, indices.dtype), indices])
+    return ctx.op("OneHot", [indices, values], {"depth": depth, "axis": ctx.attr("axis", -1)})
+
+
 @converter("Tile")
 def _tile(ctx):
     return ctx.op("Tile", [ctx.input(0)], {"repeats": ctx.ints(1)})
