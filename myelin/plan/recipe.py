@@ -23,6 +23,14 @@ CALCULATE_DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64")
 
 
+def once(cache, step, make):
+    """``make(step)``, computed once per step (``cache``: a back end's WeakKeyDictionary, as
+    each back end plans with its own element-wise table)."""
+    if step not in cache:
+        cache[step] = make(step)
+    return cache[step]
+
+
 def is_reduction(expr):
     """True if ``expr`` is a call of a reduction op."""
     return (isinstance(expr, recipes.Call)

@@ -31,9 +31,8 @@ _EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRe
 def epilogue(step):
     """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step that the CUDA expressions
     compute, or None (:func:`myelin.plan.recipe.epilogue`; computed once per step)."""
-    if step not in _EPILOGUES:
-        _EPILOGUES[step] = plan_recipes.epilogue(step, expressions.supported)
-    return _EPILOGUES[step]
+    return plan_recipes.once(_EPILOGUES, step,
+                             lambda s: plan_recipes.epilogue(s, expressions.supported))
 
 
 def recipe_code(typed, values, prefix="t"):
@@ -72,9 +71,8 @@ class CalculateKernel(CudaKernel):
     def plan(step):
         """The step's :class:`~myelin.plan.recipe.CalculatePlan` for the CUDA expressions
         (computed once per step), or None."""
-        if step not in _PLANS:
-            _PLANS[step] = plan_recipes.calculate_plan(step, expressions.supported)
-        return _PLANS[step]
+        return plan_recipes.once(_PLANS, step,
+                                 lambda s: plan_recipes.calculate_plan(s, expressions.supported))
 
     def supports(self, step, target):
         return step.type == "Calculate" and self.plan(step) is not None

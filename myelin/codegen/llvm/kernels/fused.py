@@ -82,17 +82,10 @@ _EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRe
 _PLANS = weakref.WeakKeyDictionary()       # Calculate step: CalculatePlan or None
 
 
-def _once(cache, step, make):
-    """``make(step)``, computed once per step."""
-    if step not in cache:
-        cache[step] = make(step)
-    return cache[step]
-
-
 def epilogue(step):
     """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step, or None if it cannot be
     compiled (:func:`myelin.plan.recipe.epilogue`)."""
-    return _once(_EPILOGUES, step,
+    return plan_recipes.once(_EPILOGUES, step,
                  lambda s: plan_recipes.epilogue(s, elementwise.supported, TypedRecipe))
 
 
@@ -106,7 +99,7 @@ class CalculateKernel(Kernel):
     def plan(step):
         """The step's :class:`~myelin.plan.recipe.CalculatePlan` (computed once per step), or
         None."""
-        return _once(_PLANS, step, lambda s: plan_recipes.calculate_plan(
+        return plan_recipes.once(_PLANS, step, lambda s: plan_recipes.calculate_plan(
             s, elementwise.supported, TypedRecipe))
 
     def supports(self, step, target):

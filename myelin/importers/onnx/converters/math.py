@@ -15,6 +15,7 @@ from myelin.importers.onnx import proto
 from myelin.importers.onnx.converters import FLOAT_TYPES, contrib, converter
 
 _ATTRIBUTE_TYPES = {bool: "INT", int: "INT", float: "FLOAT", str: "STRING"}
+_NAMED = ops.named("onnx")                 # ONNX name -> myelin op type
 
 
 def _named(name):
@@ -24,7 +25,7 @@ def _named(name):
     domain, _, op_type = name.rpartition(".")
     if not domain:
         return converter(op_type)
-    opdef = ops.lookup(ops.named("onnx")[name])
+    opdef = ops.lookup(_NAMED[name])
     attributes = [(attr, _ATTRIBUTE_TYPES[type(default)], False)
                   for attr, default in opdef.attrs.items()]
     return contrib(op_type, [f"X{i}" for i in range(opdef.inputs[0])], attributes=attributes,
