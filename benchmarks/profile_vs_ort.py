@@ -9,7 +9,8 @@ per call is printed for both, with their ratio and myelin's GFLOP/s. A step that
 fuses into another (ONNX Runtime's Relu into its Conv, myelin's epilogues into its products)
 is counted where that system runs it.
 
-Run: ``python benchmarks/profile_vs_ort.py MODEL.onnx [--threads N] [--runs N]``.
+Run: ``python benchmarks/profile_vs_ort.py MODEL.onnx [--threads N] [--runs N]
+[--dynamic N]``.
 """
 
 import argparse
@@ -34,9 +35,9 @@ def conv_group(kernel, plane):
     return f"conv {'x'.join(map(str, kernel))} -> {'x'.join(map(str, plane))}"
 
 
-def random_inputs(model):
+def random_inputs(model, dynamic=1):
     """A random float32 array (small integers for integer inputs) for each graph input of
-    ``model`` (an ONNX ModelProto), dynamic dimensions as 1."""
+    ``model`` (an ONNX ModelProto), dynamic dimensions of size ``dynamic``."""
     initializers = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(0)
     inputs = {}
@@ -44,7 +45,7 @@ def random_inputs(model):
         if value.name in initializers:
             continue
         tensor = value.type.tensor_type
-        shape = [d.dim_value or 1 for d in tensor.shape.dim]
+        shape = [d.dim_value or dynamic for d in tensor.shape.dim]
         if tensor.elem_type == 1:
             inputs[value.name] = rng.standard_normal(shape).astype(np.float32)
         else:
@@ -56,7 +57,7 @@ class _Myelin:
     """The model compiled with the profiler, an instance per cell with the inputs bound."""
 
     def __init__(self, model, threads, inputs):
-        flow = import_graph(model).flow
+        flow = import_graph(model, {name: a.shape for name, a in inputs.items()}).flow
         network = myelin.Compiler(threads=threads, profile=True, cache=False).compile(flow)
         self.cells = network.cells
         self.instances = []
@@ -127,12 +128,13 @@ class _OnnxRuntime:
         return groups
 
 
-def report(path, threads=1, runs=10):
-    """The side-by-side table of the ONNX file ``path``, as lines of text."""
+def report(path, threads=1, runs=10, dynamic=1):
+    """The side-by-side table of the ONNX file ``path`` (its dynamic dimensions of size
+    ``dynamic``), as lines of text."""
     with open(path, "rb") as file:
         model_bytes = file.read()
     model = proto.load(path)
-    inputs = random_inputs(model)
+    inputs = random_inputs(model, dynamic)
     ours, theirs = _Myelin(model, threads, inputs), _OnnxRuntime(model_bytes, threads, inputs)
     for _ in range(WARMUP):
         ours.compute()
@@ -160,8 +162,10 @@ def main(argv=None):
     parser.add_argument("model", help="an ONNX file")
     parser.add_argument("--threads", type=int, default=1, help="threads of both (default 1)")
     parser.add_argument("--runs", type=int, default=10, help="profiled calls (default 10)")
+    parser.add_argument("--dynamic", type=int, default=1,
+                        help="the size of the inputs' dynamic dimensions (default 1)")
     args = parser.parse_args(argv)
-    print("\n".join(report(args.model, args.threads, args.runs)))
+    print("\n".join(report(args.model, args.threads, args.runs, args.dynamic)))
 
 
 if __name__ == "__main__":
