@@ -131,7 +131,7 @@ class Interpreter:
         env = {}
         for key, value in inputs.items():
             var = self._variable(key)
-            if id(var) not in accepted or (var.constant and not var.learnable):
+            if id(var) not in accepted or var.fixed:
                 raise InputError(f"variable {var.name} is not an input of function {func.name}")
             if control.is_value(var):     # a function value or tuple
                 if id(var) in read:

@@ -89,6 +89,12 @@ class Variable:
         return self.data is not None
 
     @property
+    def fixed(self):
+        """True for constant data that training does not change (not a learnable parameter):
+        what the optimizer may fold, pack or read while compiling."""
+        return self.constant and not self.learnable
+
+    @property
     def is_global(self):
         """Constants and learnable parameters live outside instances."""
         return self.constant or self.learnable

@@ -88,7 +88,7 @@ def _softmax(p, reader):
 
 def _scalar(var):
     """The value of ``var`` if it is a fixed constant of one element, else None."""
-    if not var.constant or var.learnable or var.data is None or np.size(var.data) != 1:
+    if not var.fixed or np.size(var.data) != 1:
         return None
     return float(np.asarray(var.data).reshape(-1)[0])
 
@@ -124,7 +124,7 @@ def _scores(value, depth=0):
 
 def _causal(bias, scores):
     """True if ``bias`` is a constant causal mask over ``scores`` (see the module's doc)."""
-    if (not bias.constant or bias.learnable or bias.data is None or bias.rank < 2
+    if (not bias.fixed or bias.rank < 2
             or bias.shape[-2:] != scores.shape[-2:]):
         return False
     sq, skv = scores.shape[-2:]

@@ -117,7 +117,7 @@ def _merge_constants(flow, ctx):
     first = {}           # key -> the constants kept with that key
     changed = False
     for var in list(flow.vars.values()):
-        if not var.constant or var.learnable or any(map(is_stateful, var.consumers)):
+        if not var.fixed or any(map(is_stateful, var.consumers)):
             continue
         candidates = first.setdefault(_constant_key(var), [])
         kept = next((c for c in candidates if np.array_equal(_bytes(c), _bytes(var))), None)

@@ -25,7 +25,7 @@ def _arguments(op):
     value of known shape, which reads a stand-in of that shape), else None."""
     if op.type in _SHAPE_QUERIES and op.inputs and op.inputs[0].shape_defined:
         return [np.broadcast_to(np.float64(0), op.inputs[0].shape)]
-    if all(var.constant and not var.learnable for var in op.inputs):
+    if all(var.fixed for var in op.inputs):
         return [registry.as_float64(var.data) for var in op.inputs]
     return None
 

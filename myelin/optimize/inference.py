@@ -19,11 +19,6 @@ from myelin.ops import registry
 from myelin.optimize.cleanup import apply_rules, forward, pinned
 
 
-def _fixed(var):
-    """True for a constant that cannot change (not a learnable parameter)."""
-    return var.constant and not var.learnable
-
-
 def _constant(flow, name, array, dtype):
     """A new constant named after ``name`` holding ``array`` converted to type ``dtype``."""
     return flow.var(flow.unique_var_name(name), data=np.asarray(array, dtypes.to_numpy(dtype)))
@@ -32,7 +27,7 @@ def _constant(flow, name, array, dtype):
 def _lower_batch_norm(flow, op):
     """Replace a BatchNormalization with constant parameters by a Mul and an Add."""
     x, *params = op.inputs
-    if not all(map(_fixed, params)):
+    if not all(var.fixed for var in params):
         return False
     scale, bias, mean, var = (registry.as_float64(p.data).reshape(-1) for p in params)
     factor = scale / np.sqrt(var + registry.attribute(op, "epsilon"))
@@ -65,7 +60,7 @@ def _crop_dead_taps(flow, op):
     weight is cropped and the pads moved by the taps dropped, so every output reads the
     same input elements with the same weights."""
     weight = op.inputs[1]
-    if not _fixed(weight) or weight is op.inputs[0] or weight.consumers != [op]:
+    if not weight.fixed or weight is op.inputs[0] or weight.consumers != [op]:
         return False
     g = conv_ops.geometry(op)
     spans = [_live_taps(g, axis) for axis in range(g.rank)]
@@ -104,12 +99,12 @@ def _scaled_product(op):
         product, scale = op.inputs[position], op.inputs[1 - position]
         matmul = product.producer
         if (matmul is None or matmul.type != "MatMul" or matmul.func is not op.func
-                or pinned(product) or product.consumers != [op] or not _fixed(scale)
+                or pinned(product) or product.consumers != [op] or not scale.fixed
                 or (out.dtype, out.shape) != (product.dtype, product.shape)
                 or any(d != 1 for d in scale.shape[:-1])):
             continue
         a, weight = matmul.inputs
-        if _fixed(weight) and a is not weight:
+        if weight.fixed and a is not weight:
             return matmul, product, scale
     return None
 
@@ -135,14 +130,14 @@ def _fold_into_conv(flow, op):
         product, other = op.inputs[position], op.inputs[1 - position]
         conv = product.producer
         if (conv is None or conv.type != "Conv" or conv.func is not op.func or pinned(product)
-                or product.consumers != [op] or not _fixed(other)
+                or product.consumers != [op] or not other.fixed
                 or (out.dtype, out.shape) != (product.dtype, product.shape)):
             continue
         factor = _per_channel(other, product)
         weight = conv.inputs[1]
         bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        if (factor is None or not _fixed(weight) or weight is conv.inputs[0]
-                or (bias is not None and (not _fixed(bias) or bias in conv.inputs[:2]))):
+        if (factor is None or not weight.fixed or weight is conv.inputs[0]
+                or (bias is not None and (not bias.fixed or bias in conv.inputs[:2]))):
             continue
         old_bias = (registry.as_float64(bias.data).reshape(-1) if bias is not None
                     else np.zeros(product.shape[1]))

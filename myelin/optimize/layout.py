@@ -98,7 +98,7 @@ class _Rewrite:
         x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
         if channel_block(op) or not self._image(y) or y.is_input:
             return False
-        if not self._fixed(w) or w.dtype != "float32":
+        if not w.fixed or w.dtype != "float32":
             return False
         group = op.attrs.get_int("group", 1)
         if not self._image(x):
@@ -128,11 +128,6 @@ class _Rewrite:
         return (id(x) in self.blocked and len(op.outputs) == 1 and self._image(y)
                 and not y.is_input and not op.attrs.get_bool("indices", False)
                 and not channel_block(op))
-
-    @staticmethod
-    def _fixed(var):
-        """True if ``var`` is a constant that training does not change: it may be packed."""
-        return var.constant and not var.learnable
 
     def _convertible_elementwise(self, op):
         opdef = registry.find(op.type)
@@ -223,10 +218,10 @@ class _Rewrite:
         shape = (1,) * (4 - len(var.shape)) + tuple(var.shape)
         if shape[1] == 1:         # every channel alike: the block axis broadcasts too
             blocked_shape = shape[:1] + (1,) + shape[2:] + (1,)
-            if self._fixed(var):
+            if var.fixed:
                 return self._constant(var.name, np.asarray(var.data).reshape(blocked_shape))
             return self._reshape(var, blocked_shape, f"{var.name}/blocked")
-        if self._fixed(var):
+        if var.fixed:
             return self._constant(var.name, layout.block(
                 np.asarray(var.data).reshape(shape), self.size))
         return self._in_blocks(var, shape)

@@ -55,7 +55,7 @@ def zero_point(flow, var, dtype):
     if found is not None:
         source, its_dtype = found
         return source if source.dtype == dtype == its_dtype else None
-    if not var.constant or var.learnable:
+    if not var.fixed:
         return None
     value = float(np.asarray(var.data, np.float64).reshape(()))
     low, high = _BYTES[dtype]
@@ -98,7 +98,7 @@ def as_bytes(flow, func, var, dtype):
 def _weights(var, transposed):
     """The constant int32 matrix ``var`` [k, n] as int8 or int16 (the narrowest that holds
     it), or None where it is not a constant of int16 values."""
-    if not var.constant or var.learnable or var.rank != 2 or var.dtype != "int32":
+    if not var.fixed or var.rank != 2 or var.dtype != "int32":
         return None
     data = np.asarray(var.data).reshape(var.shape)
     if transposed:

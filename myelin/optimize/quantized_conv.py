@@ -69,7 +69,7 @@ def _dequantized(var):
 
 def _scalar(var):
     """True if ``var`` is a finite constant of one element."""
-    return (var.constant and not var.learnable and var.data is not None and var.elements == 1
+    return (var.fixed and var.elements == 1
             and bool(np.isfinite(np.asarray(var.data, np.float64)).all()))
 
 
@@ -159,8 +159,7 @@ def _rewrite(flow, func, op):
     bias = op.inputs[2] if len(op.inputs) > 2 else None
     out = op.outputs[0]
     if (out.dtype not in ("float32", "float64") or not _grouped_fit(op)
-            or not w.constant or w.learnable or w.data is None
-            or (bias is not None and (not bias.constant or bias.learnable or bias.data is None))):
+            or not w.fixed or (bias is not None and not bias.fixed)):
         return None
     found = _dequantized(x)
     if found is None:

@@ -34,7 +34,7 @@ def _neutral(flow, op):
     out = op.outputs[0]
     for position in positions:
         const, x = op.inputs[position], op.inputs[1 - position]
-        if (const.constant and not const.learnable and (x.dtype, x.shape) == (out.dtype, out.shape)
+        if (const.fixed and (x.dtype, x.shape) == (out.dtype, out.shape)
                 and np.all(const.data == value)):
             return forward(flow, op, [x])
     return False
@@ -44,7 +44,7 @@ def _power(flow, op):
     """Replace a power of a float by a constant 1, 2 or 3 with products."""
     x, exponent = op.inputs
     out = op.outputs[0]
-    if not (exponent.constant and not exponent.learnable and np.size(exponent.data) == 1
+    if not (exponent.fixed and np.size(exponent.data) == 1
             and x.dtype in dtypes.FLOAT_TYPES and (x.dtype, x.shape) == (out.dtype, out.shape)):
         return False
     power = float(np.asarray(exponent.data).reshape(()))
@@ -166,7 +166,7 @@ def clamped(value, low, high):
 
 def _integral_constant(value, low, high):
     """True if ``value`` is a constant of integers in [low, high]."""
-    if not value.constant or value.learnable or value.data is None:
+    if not value.fixed:
         return False
     data = np.asarray(value.data, np.float64)
     return bool(np.all(np.isfinite(data)) and np.all(data == np.round(data))
@@ -181,7 +181,7 @@ _ROUNDING = frozenset({"Round", "Floor", "Ceil"})
 def _integral(value, depth=8):
     """True if every element of ``value`` is an integer (or NaN or infinite): a rounding, a
     conversion from an integer type, an integral constant, or sums and products of those."""
-    if value.constant and not value.learnable and value.data is not None:
+    if value.fixed:
         data = np.asarray(value.data, np.float64)
         return bool(np.all(~np.isfinite(data) | (data == np.round(data))))
     op = value.producer
