@@ -59,7 +59,7 @@ busy took twice their time alone: their caller ran half the time). While the sha
 in debt, workers spin a tenth as long (``SPINS_IN_DEBT``) before they sleep: a worker that
 yields still takes a share of the core the caller's steps between parallel calls run on,
 which no judged call sees (with one core busy, MobileNetV3-Small's pool took 1.03-1.04 of one
-thread's time spinning the full while, 0.98-0.99 spinning less).
+thread's time spinning the full while, 0.98-1.01 spinning less).
 """
 
 import atexit
