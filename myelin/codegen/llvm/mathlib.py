@@ -21,10 +21,10 @@ Accuracy (measured against float64 / long double references in
 ``tests/codegen/llvm/test_mathlib.py``): about 1e-7 relative for float32 and 1e-15 for float64
 over the useful ranges; the docstrings give the exceptions.  Float32 ``pow`` is evaluated in
 double precision internally, because a float32 evaluation would amplify the rounding error of
-y log x beyond float32 precision.  Float32
-``erfc`` and ``gelu_erf`` stay in float32: the square in exp(-x^2) is kept exact as a sum of two
-floats, so its rounding error is not amplified in the tails; ``gelu_tanh`` computes only its
-argument 2u in double (three operations) and the rest in float32.
+y log x beyond float32 precision.  Float32 ``erfc`` and ``gelu_erf`` stay in float32: the square
+in exp(-x^2) is kept exact as a sum of two floats, so its rounding error is not amplified in the
+tails; ``gelu_tanh`` computes only its argument 2u in double (three operations) and the rest in
+float32.
 
 Coefficients come from the Cephes Math Library by Stephen L. Moshier (release 2.2 single
 precision ``*f.c`` and release 2.8 double precision files), as noted at each table.  The

@@ -86,7 +86,7 @@ def epilogue(step):
     """The typed epilogue of a ``FusedMatMul`` or ``FusedConv`` step, or None if it cannot be
     compiled (:func:`myelin.plan.recipe.epilogue`)."""
     return plan_recipes.once(_EPILOGUES, step,
-                 lambda s: plan_recipes.epilogue(s, elementwise.supported, TypedRecipe))
+                             lambda s: plan_recipes.epilogue(s, elementwise.supported, TypedRecipe))
 
 
 class CalculateKernel(Kernel):
