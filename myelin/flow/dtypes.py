@@ -1,4 +1,7 @@
-"""Element types of flow variables: SLING's type names and their NumPy equivalents."""
+"""Element types of flow variables: SLING's type names and their NumPy equivalents.
+
+NumPy has no bfloat16; ``ml_dtypes`` (the type JAX, ONNX and TensorFlow share) gives it one,
+imported the first time a bfloat16 array is made or read."""
 
 import numpy as np
 
@@ -20,7 +23,7 @@ _TYPES = {
     "qint8": (None, 1),
     "quint8": (None, 1),
     "qint32": (None, 4),
-    "bfloat16": (None, 2),
+    "bfloat16": ("bfloat16", 2),  # ml_dtypes.bfloat16 (see _numpy_type)
     "qint16": (None, 2),
     "uint16": (np.uint16, 2),
     "quint16": (None, 2),
@@ -52,7 +55,11 @@ DT_INT = DT_INT32
 DT_FLOAT = DT_FLOAT32
 DT_DOUBLE = DT_FLOAT64
 
-FLOAT_TYPES = frozenset({"float16", "float32", "float64"})
+DT_BFLOAT16 = "bfloat16"
+
+FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+# Floats narrower than float32, computed in float32 registers and rounded where stored.
+REDUCED_FLOAT_TYPES = frozenset({"float16", "bfloat16"})
 INTEGER_TYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 
 
@@ -75,19 +82,30 @@ def itemsize(name):
     return _TYPES[canonical(name)][1]
 
 
+def _numpy_type(np_type):
+    """The NumPy type of a ``_TYPES`` entry: a name stands for ml_dtypes' type of that name."""
+    if isinstance(np_type, str):
+        import ml_dtypes
+        return getattr(ml_dtypes, np_type)
+    return np_type
+
+
 def to_numpy(name):
     """The NumPy dtype of a type; raises ShapeError if NumPy has no equivalent."""
     np_type = _TYPES[canonical(name)][0]
     if np_type is None:
         raise ShapeError(f"data type {name!r} has no NumPy equivalent")
-    return np.dtype(np_type)
+    return np.dtype(_numpy_type(np_type))
 
 
 def from_numpy(dtype):
     """The type name of a NumPy dtype; raises ShapeError for one myelin does not know."""
     dtype = np.dtype(dtype)
     for name, (np_type, _) in _TYPES.items():
-        if np_type is not None and np.dtype(np_type) == dtype:
+        if isinstance(np_type, str):
+            if dtype.name == np_type:       # (ml_dtypes' own, without importing it)
+                return name
+        elif np_type is not None and np.dtype(np_type) == dtype:
             return name
     raise ShapeError(f"NumPy dtype {dtype} has no myelin type")
 

@@ -1,7 +1,8 @@
 """Helpers for emitting LLVM IR: types of myelin dtypes, loads and stores, constants, loops.
 
-Values in registers use the *compute* type of a dtype (bool is ``i1``, float16 is computed as
-``float``); in memory they use the *storage* type (bool is one byte, float16 is ``half``).
+Values in registers use the *compute* type of a dtype (bool is ``i1``, float16 and bfloat16 are
+computed as ``float``); in memory they use the *storage* type (bool is one byte, float16 is
+``half``, bfloat16 its bits as ``i16``: the top half of a float's, so a shift converts it).
 ``load``/``store`` convert between the two, for scalars and vectors alike. On a target without
 half-precision conversion instructions (x86-64 without F16C) LLVM would lower ``half`` <-> ``float``
 to library calls the JIT cannot resolve, so there the conversions are integer bit manipulation
@@ -28,9 +29,9 @@ PTR = ir.PointerType()
 _STORAGE = {
     "float32": F32, "float64": F64, "float16": ir.HalfType(),
     "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
-    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I8,
+    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I8, "bfloat16": I16,
 }
-_COMPUTE = dict(_STORAGE, bool=I1, float16=F32)
+_COMPUTE = dict(_STORAGE, bool=I1, float16=F32, bfloat16=F32)
 
 UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
 
@@ -287,6 +288,11 @@ def _from_memory(builder, value, dtype):
     """``value`` read as :func:`_memory_type` converted to the compute type of ``dtype``."""
     if dtype == "bool":
         return builder.icmp_unsigned("!=", value, const(value.type, 0))
+    if dtype == "bfloat16":
+        width = width_of(value)
+        return builder.bitcast(builder.shl(builder.zext(value, vector_of(I32, width)),
+                                           const(vector_of(I32, width), 16)),
+                               vector_of(F32, width))
     if dtype == "float16":
         if _soft_half(builder):
             return half_to_float(builder, value)
@@ -311,6 +317,8 @@ def store(builder, value, ptr, dtype, align=None):
     elif dtype == "float16":
         value = (float_to_half(builder, value) if _soft_half(builder)
                  else builder.fptrunc(value, vector_of(ir.HalfType(), width)))
+    elif dtype == "bfloat16":
+        value = float_to_bfloat16(builder, value)
     builder.store(value, ptr, align=align or dtypes.itemsize(dtype))
 
 
@@ -364,6 +372,21 @@ def float_to_half(builder, value):
                                normal))
     sign = b.lshr(b.and_(bits, const(i32, 0x80000000)), const(i32, 16))
     return b.trunc(b.or_(result, sign), vector_of(I16, width))
+
+
+def float_to_bfloat16(builder, value):
+    """The bfloat16 bits (i16, or a vector) nearest ``value`` (float), ties to even: the float's
+    top 16 bits after adding half of the dropped part's unit (less one where the kept part is
+    even), which carries into the exponent as rounding up should (to infinity past bfloat16's
+    largest); NaN keeps its sign and top payload bits, made quiet."""
+    b, width = builder, width_of(value)
+    i32 = vector_of(I32, width)
+    bits = b.bitcast(value, i32)
+    odd = b.and_(b.lshr(bits, const(i32, 16)), const(i32, 1))
+    rounded = b.lshr(b.add(b.add(bits, const(i32, 0x7FFF)), odd), const(i32, 16))
+    quiet = b.or_(b.lshr(bits, const(i32, 16)), const(i32, 0x40))
+    nan = b.icmp_unsigned(">", b.and_(bits, const(i32, 0x7FFFFFFF)), const(i32, 0x7F800000))
+    return b.trunc(b.select(nan, quiet, rounded), vector_of(I16, width))
 
 
 def convert(builder, value, from_dtype, to_dtype):

@@ -52,8 +52,9 @@ short bodies; more spill registers in long ones (GELU)."""
 
 
 def lanes(target, dtype):
-    """Lanes per vector for one dtype (float16 is computed in float32)."""
-    return max(1, target.vector_bytes // max(dtypes.itemsize(dtype), 4 if dtype == "float16" else 1))
+    """Lanes per vector for one dtype (float16 and bfloat16 are computed in float32)."""
+    computed = 4 if dtype in dtypes.REDUCED_FLOAT_TYPES else dtypes.itemsize(dtype)
+    return max(1, target.vector_bytes // computed)
 
 
 def vector_width(target, operands):
