@@ -5,6 +5,8 @@ thread: "1t"), PyTorch eager (its default threads) and NumPy where it applies, i
    and run through ``model.run`` like the others (and, as "myelin compute", the guide's own
    flow: x copied in, ``compute()``, y copied out);
 2. an MLP 784-512-512-10 with ReLU and softmax, batch 1, and 3. the same at batch 256;
+   2b. the MLP at batch 1 with myelin storing its weights as bfloat16
+   (``weights="bfloat16"``; the others float32, issue 27's goal);
 4. one LSTM cell step written with plain ops (matmuls, sigmoid, tanh, mul, add), input and
    hidden size 256, batch 1;
 5. a ResNet-18 at batch 1, 224x224, 1000 classes;
@@ -59,16 +61,17 @@ def linear(layer):
     return layer.weight.detach().numpy().T, layer.bias.detach().numpy()
 
 
-def imported(module, inputs, outputs=("y",)):
+def imported(module, inputs, outputs=("y",), **options):
     """myelin, ONNX Runtime and PyTorch running ``module`` exported to ONNX; ``inputs`` maps
-    input names to arrays, in the order of the module's arguments."""
+    input names to arrays, in the order of the module's arguments; ``options`` are myelin's
+    compiler options."""
     arrays = list(inputs.values())
     tensors = [torch.from_numpy(a) for a in arrays]
     model_bytes = export(module, tuple(tensors), dynamic_batch=False, inputs=tuple(inputs),
                          outputs=outputs)
     start = time.perf_counter()
     model = myelin.onnx.load(model_bytes, input_shapes={n: a.shape for n, a in inputs.items()},
-                             cache=False)
+                             cache=False, **options)
     print(f"  myelin compile (ONNX import, optimization, LLVM): "
           f"{time.perf_counter() - start:.2f} s")
     session, single = ort_session(model_bytes), ort_session(model_bytes, 1)
@@ -103,7 +106,7 @@ def guide():
             "numpy": lambda: softmax(np.maximum(xv @ weights + bias, 0))}
 
 
-def mlp(batch):
+def mlp(batch, **options):
     torch.manual_seed(0)
     module = mnist_mlp()
     x = np.random.default_rng(0).standard_normal((batch, 784), dtype=np.float32)
@@ -113,7 +116,7 @@ def mlp(batch):
         h = np.maximum(x @ w1 + b1, 0)
         return softmax(np.maximum(h @ w2 + b2, 0) @ w3 + b3)
 
-    return {**imported(module, {"x": x}), "numpy": numpy_mlp}
+    return {**imported(module, {"x": x}, **options), "numpy": numpy_mlp}
 
 
 def lstm():
@@ -163,6 +166,8 @@ class Workload(NamedTuple):
 WORKLOADS = [
     Workload("guide example, x[1,64] W[64,256]", guide, 0.3),
     Workload("MLP 784-512-512-10, batch 1", lambda: mlp(1), 0.6),
+    Workload("MLP 784-512-512-10, batch 1, bfloat16 weights",
+             lambda: mlp(1, weights="bfloat16"), 0.5),
     Workload("MLP 784-512-512-10, batch 256", lambda: mlp(256), 0.9),
     Workload("LSTM cell step, hidden 256, batch 1", lstm, 0.3),
     Workload("ResNet-18, batch 1, 224x224", resnet, 1.0),

@@ -36,6 +36,7 @@ from myelin.codegen.llvm.kernelcache import KernelCache
 from myelin.errors import CompileError, FlowError
 from myelin.flow import dtypes, fileformat
 from myelin.memory import aligned_zeros
+from myelin.optimize import weight_storage
 from myelin.plan.cell import CONSTANT
 from myelin.plan.planner import Planner
 from myelin.progress import Reporter, callback as progress_callback
@@ -105,6 +106,10 @@ class Compiler:
     :func:`~myelin.codegen.llvm.kernels.select`); a planner for another back end passes its
     own, whose ``backend`` attribute names that back end in errors
     (:mod:`myelin.codegen.cuda.planner`).
+    ``weights`` ("bfloat16" or "float16"; default None, float32) stores the constant weights
+    of float32 matrix products in that type, each rounded to nearest once, and computes the
+    products from them with float32 sums: half the bytes to read where a product reads each
+    weight once (batch 1; see :mod:`myelin.optimize.weight_storage`).
     ``max_tensor_bytes`` bounds each tensor planned and each cell's instance block (bytes, or
     a size such as "8G"; default $MYELIN_MAX_TENSOR_BYTES, else 4 GiB): a flow asking for more
     raises LimitError at compile time, before anything is allocated (see :mod:`myelin.limits`).
@@ -118,7 +123,7 @@ class Compiler:
                  alignment=64, dump=False, disable_passes=(), dump_flow=False, debug=None,
                  threads=None, profile=False, tune=False, tuning_cache=None, cache=None,
                  loops=None, progress=None, select=None, max_tensor_bytes=None, backend="cpu",
-                 driver=None):
+                 driver=None, weights=None):
         if backend not in BACKENDS:
             raise CompileError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
         cpu_only = {"features": features is not None, "alignment": alignment != 64,
@@ -126,14 +131,20 @@ class Compiler:
                     "threads": threads is not None, "profile": bool(profile),
                     "tune": bool(tune), "tuning_cache": tuning_cache is not None,
                     "cache": cache is not None, "loops": bool(loops),
-                    "select": select is not None, "max_tensor_bytes": max_tensor_bytes is not None}
+                    "select": select is not None, "max_tensor_bytes": max_tensor_bytes is not None,
+                    "weights": weights is not None}
         if backend == "cuda" and any(cpu_only.values()):
             raise CompileError("options of the CPU back end given to backend='cuda': "
                                + ", ".join(name for name, given in cpu_only.items() if given))
         if backend == "cpu" and driver is not None:
             raise CompileError("a driver is for backend='cuda'")
+        if weights is not None and weights not in weight_storage.STORAGE_TYPES:
+            raise CompileError(f"weights must be one of "
+                               f"{', '.join(weight_storage.STORAGE_TYPES)} or None, "
+                               f"not {weights!r}")
         self.backend = backend
         self.driver = driver
+        self.weights = weights
         self.target = targets.host(features)
         self.max_tensor_bytes = limits.as_bytes(max_tensor_bytes)
         self.select = select or kernels.select
@@ -238,7 +249,7 @@ class Compiler:
         planner = Planner(self.select, elementwise.supported, self.opt_level,
                           self.reuse_memory, self.alignment, self.disable_passes,
                           self.dump_flow, self.debug, self.loops, self.progress,
-                          channel_block=kernels.channel_block)
+                          channel_block=kernels.channel_block, weights=self.weights)
         try:
             with limits.scope(self.max_tensor_bytes):
                 return planner.prepare(flow, target)
@@ -356,7 +367,8 @@ class Compiler:
                   "batch_size": flow.batch_size,        # (the size of -1 dimensions)
                   "options": {"opt_level": self.opt_level, "reuse_memory": self.reuse_memory,
                               "alignment": self.alignment, "threads": self.threads,
-                              "profile": self.profile, "loops": self.loops},
+                              "profile": self.profile, "loops": self.loops,
+                              "weights": self.weights},
                   "triple": self.target.triple, "cpu": self.target.cpu,
                   "features": self.target.features}
         return json.loads(json.dumps(fields, default=str))

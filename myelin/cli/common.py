@@ -10,6 +10,7 @@ import numpy as np
 
 import myelin
 from myelin.flow import dtypes
+from myelin.optimize.weight_storage import STORAGE_TYPES
 
 
 class UsageError(Exception):
@@ -83,7 +84,7 @@ def compiler_options(args):
     """The Compiler options of a model command's arguments."""
     return dict(opt_level=args.opt_level, features=args.cpu_features, threads=args.threads,
                 cache=False if args.no_cache else None,
-                progress=args.progress_bar or False)
+                progress=args.progress_bar or False, weights=args.weights)
 
 
 def load_flow(args):
@@ -227,6 +228,9 @@ def model_command(commands, name, help_text, run, compiles=True, details=""):
                              help='restrict CPU features: "sse", "avx2", "-avx512,-fma", ...')
         command.add_argument("--threads", type=positive_arg, default=None,
                              help="threads a large kernel may use (default: the cores)")
+        command.add_argument("--weights", choices=STORAGE_TYPES, default=None,
+                             help="store the constant weights of float32 matrix products "
+                                  "in this type (default: float32)")
         command.add_argument("--no-cache", action="store_true",
                              help="compile afresh, without the compile cache")
         command.add_argument("--progress", choices=("auto", "always", "never"), default="auto",

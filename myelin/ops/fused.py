@@ -106,7 +106,7 @@ def _calculate_reference(op, inputs):
 
 def _matmul_part(op, inputs):
     part = RecipePart(op, "MatMul", inputs)
-    for key in ("transpose_a", "transpose_b"):
+    for key in ("transpose_a", "transpose_b", "weights"):
         if key in op.attrs:
             part.attrs[key] = op.attrs[key]
     return part
@@ -169,7 +169,8 @@ register(OpDef("Calculate", Kind.OPAQUE, _calculate_infer, _calculate_reference,
                attrs={"expr": None, "axis": None, "keepdims": False}, inputs=(1, None),
                outputs=None, doc="fused element-wise ops and trailing reductions (a recipe)"))
 register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
-               attrs={"expr": None, "transpose_a": False, "transpose_b": False},
+               attrs={"expr": None, "transpose_a": False, "transpose_b": False,
+                      "weights": ""},
                inputs=(2, None), doc="a matrix product with a fused element-wise epilogue"))
 register(OpDef("FusedConv", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
                attrs=dict(CONV_ATTRS, channel_block=0, input_block=0, winograd=0, expr=None,

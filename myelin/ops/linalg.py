@@ -3,12 +3,16 @@
 ``MatMul(a, b)`` takes inputs of rank 2 or more (vectors are not promoted: reshape them to
 [1, n] or [n, 1]). The last two axes are the matrices, optionally transposed by the bool
 attributes ``transpose_a``/``transpose_b``; leading axes are batch axes that broadcast like
-``np.matmul``. The output shape is ``batch + [m, n]``.
+``np.matmul``. The output shape is ``batch + [m, n]``. The str attribute ``weights``
+("bfloat16" or "float16"; empty by default) stores a constant float32 B in that type, each
+weight rounded to nearest (:mod:`myelin.optimize.weight_storage`); the product is still
+float32.
 """
 
 import numpy as np
 
 from myelin.errors import ShapeError
+from myelin.flow import dtypes
 from myelin.ops.common import NUMERIC, common_dtype, error
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, broadcast_shapes, register
 
@@ -41,6 +45,9 @@ def _matmul_reference(op, inputs):
         a = np.swapaxes(a, -1, -2)
     if attribute(op, "transpose_b"):
         b = np.swapaxes(b, -1, -2)
+    storage = attribute(op, "weights")
+    if storage:
+        b = np.asarray(b).astype(dtypes.to_numpy(storage)).astype(b.dtype)
     return [np.matmul(a, b)]
 
 
@@ -64,6 +71,7 @@ def _matmul_gradient(g):
 
 
 register(OpDef("MatMul", Kind.OUT_ELEMWISE_FUSABLE, _matmul_infer, _matmul_reference,
-               attrs={"transpose_a": False, "transpose_b": False}, inputs=(2, 2),
+               attrs={"transpose_a": False, "transpose_b": False, "weights": ""},
+               inputs=(2, 2),
                doc="batched matrix product with optional transposes",
                gradient=_matmul_gradient))

@@ -24,8 +24,9 @@ import time
 from typing import Callable
 
 from myelin.builder import verify
+from myelin.optimize.weight_storage import STORAGE_TYPES
 from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, layout,
-                             quantized, quantized_conv, simplify)
+                             quantized, quantized_conv, simplify, weight_storage)
 
 DEFAULT_LEVEL = 3
 MAX_LEVEL = 3
@@ -68,6 +69,7 @@ PIPELINE = (
     Pass("fuse_attention", attention.fuse_attention, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused
+    Pass("store_weights", weight_storage.store_weights, 0),     # only with the option
 )
 
 
@@ -94,8 +96,9 @@ class Context:
     """What passes may read besides the flow: options, and a log of what they did."""
 
     def __init__(self, level=DEFAULT_LEVEL, fold_limit=1 << 22, verbose=False, fusable=None,
-                 channel_block=0):
+                 channel_block=0, weights=None):
         self.level = level
+        self.weights = weights
         self.fold_limit = fold_limit
         self.fusable = fusable
         self.channel_block = channel_block
@@ -132,14 +135,16 @@ class Report:
 
 
 def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold_limit=1 << 22,
-             fusable=None, channel_block=0):
+             fusable=None, channel_block=0, weights=None):
     """Run the pipeline on ``flow`` (in place) at opt ``level``; returns a :class:`Report`.
 
     ``dump`` True prints the flow after each pass that changed it to stderr; a callable
     receives ``(pass_name, text)`` instead. ``debug`` verifies the flow after every pass.
     ``fusable(op_type)`` tells fusion which element-wise ops the back end can fuse (all when
     None). ``channel_block`` is the channels per block of the back end's blocked images (0:
-    it has none; see :mod:`myelin.optimize.layout`).
+    it has none; see :mod:`myelin.optimize.layout`). ``weights`` is the type constant
+    weights of float32 products are stored in (None: float32; see
+    :mod:`myelin.optimize.weight_storage`).
     """
     if not 0 <= level <= MAX_LEVEL:
         raise ValueError(f"opt level {level} is not in 0..{MAX_LEVEL}")
@@ -152,7 +157,11 @@ def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold
     debug = _env_flag("MYELIN_DEBUG") if debug is None else debug
     if not dump and _env_flag("MYELIN_DUMP_FLOW"):
         dump = True
-    ctx = Context(level, fold_limit, fusable=fusable, channel_block=channel_block)
+    if weights is not None and weights not in STORAGE_TYPES:
+        raise ValueError(f"weights must be one of {', '.join(STORAGE_TYPES)} or None, "
+                         f"not {weights!r}")
+    ctx = Context(level, fold_limit, fusable=fusable, channel_block=channel_block,
+                  weights=weights)
     report = Report()
     flow.infer_inputs_and_outputs()
 

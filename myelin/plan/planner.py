@@ -41,8 +41,9 @@ class Planner:
 
     def __init__(self, select, fusable, opt_level=optimize.DEFAULT_LEVEL, reuse_memory=True,
                  alignment=64, disable_passes=(), dump_flow=False, debug=None, loops=None,
-                 progress=None, channel_block=None):
+                 progress=None, channel_block=None, weights=None):
         self.select = select
+        self.weights = weights
         self.fusable = fusable
         self.channel_block = channel_block
         self.opt_level = opt_level
@@ -74,7 +75,7 @@ class Planner:
             loops.project_rows(flow, flow.funcs[name], {state for _, state in feedback})
         self.report = optimize.optimize(flow, self.opt_level, self.disable_passes,
                                         self.dump_flow, self.debug,
-                                        fusable=self.fusable,
+                                        fusable=self.fusable, weights=self.weights,
                                         channel_block=(self.channel_block(target)
                                                        if self.channel_block else 0))
         verify.check(flow)

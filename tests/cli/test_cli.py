@@ -123,6 +123,20 @@ def test_run_prints_and_saves_the_outputs(onnx_file, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-5)
 
 
+def test_run_with_bfloat16_weights(onnx_file, tmp_path):
+    """--weights bfloat16: the product reads its weights rounded to bfloat16."""
+    import ml_dtypes
+    x = np.random.default_rng().standard_normal((3, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    rounded = weights(onnx_file).astype(ml_dtypes.bfloat16).astype(np.float64)
+    status, _ = run("run", onnx_file, "--input", f"x={tmp_path / 'x.npy'}", "--weights",
+                    "bfloat16", "--output-dir", str(tmp_path / "out"))
+    assert status == 0
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"),
+                               np.maximum(x.astype(np.float64) @ rounded, 0), rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_run_a_flow_file_on_random_inputs(flow_file, tmp_path):
     flow = myelin.Flow.load(flow_file)
     status, text = run("run", flow_file, "--random", "--seed", "7", "--output-dir",

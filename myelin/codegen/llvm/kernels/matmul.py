@@ -110,6 +110,8 @@ class Plan:
     packing is the costly part, as in a convolution). ``choice`` may set the tile's
     ``vectors`` and ``rows`` and the ``group_bytes`` of panels a group of tile rows passes
     over (see :func:`choices`); the defaults fit the target's registers and caches.
+    ``b_dtype`` is the type of B's panels packed at compile time (default ``dtype``; a
+    narrower float for weights stored narrower, converted as the tiles read them).
     ``product`` names the multiply-add of the tile functions, ``madd(builder, a, b, acc)``
     with ``a`` an element of A splatted and ``b`` a vector of B's panel: a subclass whose
     elements are groups of narrower values (:mod:`.matmul_int8`) sets its own."""
@@ -118,9 +120,10 @@ class Plan:
     madd = staticmethod(_madd)
 
     def __init__(self, ctx, m, n, k, batch, dtype, packing, trans_a=False, trans_b=False,
-                 epilogue=None, split_rows=True, choice=None):
+                 epilogue=None, split_rows=True, choice=None, b_dtype=None):
         choice = choice or {}
         self.m, self.n, self.k, self.batch, self.dtype = m, n, k, tuple(batch), dtype
+        self.b_dtype = b_dtype or dtype
         self.trans_a, self.trans_b, self.epilogue = trans_a, trans_b, epilogue
         self.batches = math.prod(self.batch)
         self.itemsize = dtypes.itemsize(dtype)
@@ -133,7 +136,7 @@ class Plan:
         flops = 2 * m * n * k * self.batches
         self.large = flops >= PARALLEL_WORK     # worth a function call (and threads)
         self._split(ctx.threads, flops, split_rows)
-        panel_bytes = k * self.width * self.itemsize
+        panel_bytes = k * self.width * dtypes.itemsize(self.b_dtype)
         limit = PACK_BUFFER_BYTES if packing == "run" else PANEL_GROUP_BYTES
         limit = min(limit, choice.get("group_bytes", limit))
         self.group = max(1, min(self.block_panels, limit // max(panel_bytes, 1)))
@@ -150,8 +153,10 @@ class Plan:
             m, batch = m * math.prod(batch), ()
         vectors, rows = _tiling(ctx.target, m, step.choice)
         panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
+        b_dtype = None
         if b.constant_data() is not None:
             packing = "compile"
+            b_dtype = step.attrs.get_str("weights") or None
         elif trans_b or (panel_bytes <= PACK_BUFFER_BYTES and m >= PACK_MIN_TILES * rows):
             packing = "run"          # B transposed is always packed: its columns are rows
         else:
@@ -159,7 +164,7 @@ class Plan:
         epilogue = fused.epilogue(step) if step.type == "FusedMatMul" else None
         # Tasks split the larger operand, so each task reads the smaller one whole.
         return cls(ctx, m, n, k, batch, c.dtype, packing, trans_a, trans_b, epilogue,
-                   split_rows=m > n, choice=step.choice)
+                   split_rows=m > n, choice=step.choice, b_dtype=b_dtype)
 
     def _split(self, threads, flops, split_rows):
         """Row blocks (multiples of ``rows``) and panel blocks per batch entry for the tasks."""
@@ -264,16 +269,52 @@ def _packed(step, plan):
 
 def pack_constant(data, plan):
     """The constant matrices ``data`` [batch..., k, n] in panels, [batch..., panel, k, width] of
-    ``plan``'s dtype, zero-padded past column n."""
+    ``plan``'s ``b_dtype``, zero-padded past column n (bfloat16 panels as their bits,
+    uint16: NumPy's own type, which the compile cache and saved networks store)."""
     data = np.asarray(data)
     *batch, k, n = data.shape
-    packed = np.zeros((*batch, plan.panels, k, plan.width), dtypes.to_numpy(plan.dtype))
+    packed = np.zeros((*batch, plan.panels, k, plan.width), dtypes.to_numpy(plan.b_dtype))
     full, width = n // plan.width, plan.width      # (one pass: converted as it is copied)
     packed[..., :full, :, :] = np.swapaxes(
         data[..., :full * width].reshape(*batch, k, full, width), -2, -3)
     if full < plan.panels:
         packed[..., full, :, :n - full * width] = data[..., full * width:]
+    if plan.b_dtype == "bfloat16":
+        _interleave_pairs(packed, plan.lanes)
+        return packed.view(np.uint16)
     return packed
+
+
+def _interleave_pairs(packed, lanes):
+    """Interleave the bfloat16 panel rows of ``packed`` (in place) a pair of vectors at a
+    time, so that a tile reads a pair as one vector of 32-bit words whose low halves are the
+    first vector and high halves the second (see :func:`_panel_vectors`)."""
+    pairs = packed.shape[-1] // (2 * lanes)
+    head = packed[..., :pairs * 2 * lanes]
+    shape = head.shape
+    head[...] = np.swapaxes(head.reshape(*shape[:-1], pairs, 2, lanes), -1, -2).reshape(shape)
+
+
+def _panel_vectors(b, row, shape):
+    """The ``shape.vectors`` vectors of a panel's row at ``row`` in the compute type. A
+    bfloat16 panel holds its vectors by pairs (:func:`_interleave_pairs`): one load of 32-bit
+    words gives both, the first shifted up 16 bits, the second with its low 16 cleared (a
+    bfloat16 is the top half of a float32); a last vector without a pair is read alone."""
+    dtype, lanes, vectors = shape.b_dtype, shape.lanes, shape.vectors
+    itemsize = dtypes.itemsize(dtype)
+    loaded = []
+    pairs = vectors // 2 if dtype == "bfloat16" else 0
+    for pair in range(pairs):
+        words_type = ir.VectorType(irutil.I32, lanes)
+        words = b.load(irutil.element_ptr(b, row, dtype, 2 * pair * lanes), typ=words_type,
+                       align=itemsize)
+        floats = ir.VectorType(irutil.F32, lanes)
+        loaded += [b.bitcast(b.shl(words, irutil.const(words_type, 16)), floats),
+                   b.bitcast(b.and_(words, irutil.const(words_type, -65536)), floats)]
+    for v in range(2 * pairs, vectors):
+        loaded.append(irutil.load(b, irutil.element_ptr(b, row, dtype, v * lanes), dtype,
+                                  lanes, itemsize))
+    return loaded
 
 
 class Task:
@@ -483,7 +524,7 @@ class Task:
             return self.packed_row(panels, panel, 0), plan.width
         if plan.packing == "compile":
             at = b.mul(panel, irutil.i64(plan.k * plan.width))
-            return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.width
+            return irutil.element_ptr(b, self.bp, plan.b_dtype, at), plan.width
         at = b.mul(panel, irutil.i64(plan.width))
         return irutil.element_ptr(b, self.bp, plan.dtype, at), plan.n
 
@@ -596,6 +637,7 @@ class _TileShape(NamedTuple):
     stride: int         # elements between the panel's rows k and k + 1
     itemsize: int
     product: str        # the multiply-add (see Plan.product)
+    b_dtype: object     # the panel's type (see Plan.b_dtype)
 
     @classmethod
     def of(cls, plan, rows, vectors, lanes, stride):
@@ -603,7 +645,7 @@ class _TileShape(NamedTuple):
         split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
         blocked = plan.k > K_BLOCK * split and plan.dtype in dtypes.FLOAT_TYPES
         return cls(plan.dtype, rows, vectors, lanes, split, blocked,
-                   plan.a_strides()[1], stride, plan.itemsize, plan.product)
+                   plan.a_strides()[1], stride, plan.itemsize, plan.product, plan.b_dtype)
 
 
 def _tile_function(module, shape, madd):
@@ -629,9 +671,9 @@ def _tile_function(module, shape, madd):
               for r in range(rows)]
 
     def step(kk, accumulators):
-        b_row = irutil.element_ptr(b, source, dtype, b.mul(kk, irutil.i64(shape.stride)))
-        loaded = [irutil.load(b, irutil.element_ptr(b, b_row, dtype, v * lanes), dtype, lanes,
-                              shape.itemsize) for v in range(vectors)]
+        b_row = irutil.element_ptr(b, source, shape.b_dtype,
+                                   b.mul(kk, irutil.i64(shape.stride)))
+        loaded = _panel_vectors(b, b_row, shape)
         out = []
         for r in range(rows):
             at = irutil.element_ptr(b, a_rows[r], dtype, b.mul(kk, irutil.i64(shape.k_stride)))
@@ -701,8 +743,8 @@ class _MatMulTask(Task):
         b, plan, step = self.b, self.plan, self.step
         c = step.outputs[0]
 
-        def at(base, strides):
-            return loops.batch_entry(b, base, plan.dtype, batch, plan.batch, strides)
+        def at(base, strides, dtype=plan.dtype):
+            return loops.batch_entry(b, base, dtype, batch, plan.batch, strides)
 
         def matrices(tensor, matrix):
             return [s * matrix for s in loops.broadcast_strides(tensor.shape[:-2], plan.batch)]
@@ -711,7 +753,7 @@ class _MatMulTask(Task):
         self.a = at(self.ctx.pointer(a), matrices(a, a.shape[-2] * a.shape[-1]))
         if self.packed is not None:
             self.bp = at(self.ctx.keep(self.packed),
-                         matrices(bt, plan.panels * plan.k * plan.width))
+                         matrices(bt, plan.panels * plan.k * plan.width), plan.b_dtype)
         else:
             self.bp = at(self.ctx.pointer(bt), matrices(bt, bt.shape[-2] * bt.shape[-1]))
         self.c = at(self.ctx.pointer(c), matrices(c, plan.m * plan.n))
