@@ -29,8 +29,8 @@ Reading follows SLING: every object is created through the :class:`~myelin.flow.
 API, names of inputs, outputs and connector links are looked up by variable name or alias, and
 the first output of each op gets the op's name as an alias unless that name already names a
 variable. Dynamic dimensions stay -1. Constant data is copied into writable NumPy arrays of the
-variable's type and shape; a type NumPy lacks (bfloat16, string, qint8, ...) keeps its raw bits
-in an unsigned integer array of the same element size. An empty constant reads back as no
+variable's type and shape (bfloat16 in ml_dtypes' type); a type NumPy lacks (string, qint8, ...)
+keeps its raw bits in an unsigned integer array of the same element size. An empty constant reads back as no
 constant: the format cannot tell them apart.
 
 Saving a loaded flow reproduces the file byte for byte when it was written in canonical form

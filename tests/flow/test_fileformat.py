@@ -428,8 +428,9 @@ def test_hand_built_file(version):
     assert y.aliases == ["y"] and flow.var_named("y") is y
     assert t.aliases == ["z"] and t.dtype == "" and t.shape == (0, 5)
     assert count.data.dtype == np.int64 and count.data.shape == () and int(count.data) == 7
-    assert b16.dtype == "bfloat16" and b16.data.dtype == np.uint16  # raw bits
-    assert b16.data.tolist() == [0x3F80, 0x4000, 0x4040]
+    assert b16.dtype == "bfloat16" and b16.data.dtype.name == "bfloat16"  # ml_dtypes'
+    assert b16.data.view(np.uint16).tolist() == [0x3F80, 0x4000, 0x4040]
+    assert b16.data.astype(np.float32).tolist() == [1, 2, 3]
     if version >= 5:
         assert flow.flags == 0x55
         assert w.flags == VarFlags.LEARNABLE and w.learnable
