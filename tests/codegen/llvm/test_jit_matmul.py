@@ -196,3 +196,37 @@ def test_long_products_sum_k_in_blocks(features):
     want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
     rms = np.sqrt(np.mean((np.asarray(data["f/y"]) - want) ** 2) / np.mean(want ** 2))
     assert rms < 3e-7    # (ONNX Runtime's is about 3e-7; one chain over all of k: 1.2e-6)
+
+
+@pytest.mark.parametrize("features", PRESETS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_narrow_float_products(dtype, features):
+    """float16 and bfloat16 products read their operands as they are stored, sum in float32
+    and round each result once: within one rounding of the float64 product, with B constant
+    (packed at compile time), variable (packed as the product runs, or read in place) and
+    transposed."""
+    rng = np.random.default_rng()
+    numpy_type = myelin.flow.dtypes.to_numpy(dtype)
+    unit = 2.0 ** -(11 if dtype == "float16" else 8)
+    for m, k, n, transpose_b, constant in [(1, 64, 64, False, True), (7, 17, 40, False, False),
+                                           (30, 300, 33, True, True), (3, 5, 1, True, False),
+                                           (100, 64, 70, False, False), (2, 784, 37, False, True),
+                                           (13, 9, 19, True, False)]:
+        flow = myelin.Flow()
+        f = myelin.Builder(flow, "f")
+        x = f.var("x", dtype, (m, k))
+        weights = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(numpy_type)
+        w = f.const(weights) if constant else f.var("w", dtype, weights.shape)
+        f.matmul(x, w, transpose_b=transpose_b, name="y")
+        data = myelin.Compiler(features=features).compile(flow).cell("f").instance()
+        value = rng.standard_normal((m, k)).astype(numpy_type)
+        data[x] = value
+        if not constant:
+            data[w] = weights
+        data.compute()
+        got = np.asarray(data["f/y"])
+        assert got.dtype == numpy_type
+        wide = weights.astype(np.float64)
+        want = value.astype(np.float64) @ (wide.T if transpose_b else wide)
+        error = np.abs(got.astype(np.float64) - want) / np.maximum(np.abs(want), 1)
+        assert error.max() <= unit, (m, k, n, transpose_b, constant)

@@ -214,7 +214,7 @@ class MatMulKernel(Kernel):
         a, b = step.inputs[:2]
         if not (len(a.shape) >= 2 and len(b.shape) >= 2
                 and a.dtype == b.dtype == step.outputs[0].dtype
-                and a.dtype in ("float32", "float64", "int32", "int64")):
+                and a.dtype in ("float32", "float64", "float16", "bfloat16", "int32", "int64")):
             return False
         if step.type == "FusedMatMul":
             return fused.epilogue(step) is not None
@@ -297,13 +297,14 @@ def _interleave_pairs(packed, lanes):
 
 def _panel_vectors(b, row, shape):
     """The ``shape.vectors`` vectors of a panel's row at ``row`` in the compute type. A
-    bfloat16 panel holds its vectors by pairs (:func:`_interleave_pairs`): one load of 32-bit
-    words gives both, the first shifted up 16 bits, the second with its low 16 cleared (a
-    bfloat16 is the top half of a float32); a last vector without a pair is read alone."""
+    bfloat16 panel packed at compile time holds its vectors by pairs
+    (:func:`_interleave_pairs`): one load of 32-bit words gives both, the first shifted up 16
+    bits, the second with its low 16 cleared (a bfloat16 is the top half of a float32); a
+    last vector without a pair is read alone."""
     dtype, lanes, vectors = shape.b_dtype, shape.lanes, shape.vectors
     itemsize = dtypes.itemsize(dtype)
     loaded = []
-    pairs = vectors // 2 if dtype == "bfloat16" else 0
+    pairs = vectors // 2 if shape.paired else 0
     for pair in range(pairs):
         words_type = ir.VectorType(irutil.I32, lanes)
         words = b.load(irutil.element_ptr(b, row, dtype, 2 * pair * lanes), typ=words_type,
@@ -638,14 +639,17 @@ class _TileShape(NamedTuple):
     itemsize: int
     product: str        # the multiply-add (see Plan.product)
     b_dtype: object     # the panel's type (see Plan.b_dtype)
+    paired: bool        # bfloat16 vectors interleaved by pairs (see _interleave_pairs)
 
     @classmethod
     def of(cls, plan, rows, vectors, lanes, stride):
         tile = rows * vectors
         split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
         blocked = plan.k > K_BLOCK * split and plan.dtype in dtypes.FLOAT_TYPES
+        paired = plan.packing == "compile" and plan.b_dtype == "bfloat16"
         return cls(plan.dtype, rows, vectors, lanes, split, blocked,
-                   plan.a_strides()[1], stride, plan.itemsize, plan.product, plan.b_dtype)
+                   plan.a_strides()[1], stride, plan.itemsize, plan.product, plan.b_dtype,
+                   paired)
 
 
 def _tile_function(module, shape, madd):
