@@ -36,7 +36,7 @@ class UnsupportedOpError(MyelinError, NotImplementedError):
 
 
 class UnsupportedTypeError(MyelinError, NotImplementedError):
-    """A model uses a data type myelin does not compute with (bfloat16, float8, strings, ...)."""
+    """A model uses a data type myelin does not compute with (float8, int4, strings, ...)."""
 
 
 class InputError(MyelinError, ValueError):

@@ -36,6 +36,9 @@ _TYPES = {
     "tuple": (None, 8),           # a tuple of values (myelin.ops.control), not a tensor
 }
 
+# The types NumPy gets from ml_dtypes.
+_ML_DTYPES = frozenset(name for name, (np_type, _) in _TYPES.items() if isinstance(np_type, str))
+
 # Names accepted when reading, mapped to canonical names.
 _ALIASES = {"float": "float32", "double": "float64", "int": "int32"}
 
@@ -108,6 +111,19 @@ def from_numpy(dtype):
         elif np_type is not None and np.dtype(np_type) == dtype:
             return name
     raise ShapeError(f"NumPy dtype {dtype} has no myelin type")
+
+
+def code(dtype):
+    """A NumPy dtype as a string that :func:`from_code` reads back: its ``str`` (byte order,
+    kind and size), or for ml_dtypes' types, whose ``str`` is only their size ("<V2"), their
+    name."""
+    dtype = np.dtype(dtype)
+    return dtype.name if dtype.kind == "V" and dtype.name in _ML_DTYPES else dtype.str
+
+
+def from_code(text):
+    """The NumPy dtype of a :func:`code`."""
+    return to_numpy(text) if text in _ML_DTYPES else np.dtype(text)
 
 
 def is_float(name):

@@ -40,7 +40,8 @@ class Compiled:
         for name, dtype, shape, *value in self.signature:
             position = self.input_names.index(name)
             if position not in skipped:
-                checks.append((position, np.dtype(dtype), shape, value[0] if value else None))
+                checks.append((position, dtypes.from_code(dtype), shape,
+                               value[0] if value else None))
         return checks
 
 

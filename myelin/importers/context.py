@@ -66,14 +66,14 @@ class ConverterContext:
         return self.op("Cast", [var], {"dtype": dtypes.canonical(dtype)})
 
     def product(self, a, b, transpose_a=False, transpose_b=False):
-        """A MatMul of ``a`` and ``b`` (either read transposed); float16 operands are
-        multiplied in float32 and the product rounded back."""
+        """A MatMul of ``a`` and ``b`` (either read transposed); float16 and bfloat16
+        operands are multiplied in float32 and the product rounded back."""
         attrs = {"transpose_a": bool(transpose_a) or None,
                  "transpose_b": bool(transpose_b) or None}
-        if a.dtype != "float16":
+        if a.dtype not in dtypes.REDUCED_FLOAT_TYPES:
             return self.op("MatMul", [a, b], attrs)
         result = self.op("MatMul", [self.cast(a, "float32"), self.cast(b, "float32")], attrs)
-        return self.cast(result, "float16")
+        return self.cast(result, a.dtype)
 
     def reshape(self, var, shape):
         """``var`` in ``shape`` (itself if it already has it)."""

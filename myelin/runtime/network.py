@@ -48,6 +48,8 @@ class Tensor:
 
     @property
     def __array_interface__(self):
+        if self._array.dtype.kind == "V":   # bfloat16: the interface's type is only its size,
+            raise AttributeError("__array_interface__")     # so NumPy asks __array__
         return self._array.__array_interface__
 
     def __array__(self, dtype=None, copy=None):

@@ -2,7 +2,7 @@
 
 Every model runs as JIT-compiled code (there is no fallback to an interpreter); a model with
 control flow (If, Loop, Scan) runs its compiled cells on myelin.control's VM. A model that
-uses a data type myelin does not compute with (bfloat16, float8, strings, ...) is skipped
+uses a data type myelin does not compute with (float8, int4, strings, ...) is skipped
 with the reason (``unittest.SkipTest``); every other problem is an error.
 """
 

@@ -196,7 +196,7 @@ class OnnxModel:
         parts = []
         for name in self.input_names:
             value = feeds[name]
-            part = (name, value.dtype.str, value.shape)
+            part = (name, dtypes.code(value.dtype), value.shape)
             if name in self._value_inputs:
                 part += (value.tobytes(),)
             parts.append(part)
@@ -314,7 +314,8 @@ def _restore(model, compiler_options, max_signatures, value_inputs, compiles, co
 
 
 def _shape_signature(imported):
-    return tuple((s.name, dtypes.to_numpy(s.dtype).str, tuple(s.shape)) for s in imported.inputs)
+    return tuple((s.name, dtypes.code(dtypes.to_numpy(s.dtype)), tuple(s.shape))
+                 for s in imported.inputs)
 
 
 def _describe(imported):

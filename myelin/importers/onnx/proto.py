@@ -19,6 +19,7 @@ _TYPES = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.DOUBLE: "float64",
     onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
     onnx.TensorProto.INT8: "int8",
     onnx.TensorProto.UINT8: "uint8",
     onnx.TensorProto.INT16: "int16",

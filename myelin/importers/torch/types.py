@@ -23,12 +23,13 @@ _TORCH = {name: dtype for dtype, name in _TYPES.items()}
 
 
 def to_myelin(dtype, what="a tensor"):
-    """myelin's name of torch ``dtype``; UnsupportedTypeError for one myelin lacks (bfloat16,
-    complex, float8, quantized types), naming ``what`` has it."""
+    """myelin's name of torch ``dtype``; UnsupportedTypeError for one the PyTorch front end
+    does not take (bfloat16, complex, float8, quantized types), naming ``what`` has it."""
     name = _TYPES.get(dtype)
     if name is None:
-        raise UnsupportedTypeError(f"{what} is {dtype}, a type myelin does not compute with "
-                                   f"(it computes float16/32/64, integers and bool)")
+        raise UnsupportedTypeError(f"{what} is {dtype}, a type myelin's PyTorch front end "
+                                   f"does not take (it takes float16/32/64, integers and "
+                                   f"bool)")
     return name
 
 

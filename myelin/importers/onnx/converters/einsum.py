@@ -15,7 +15,7 @@ import numpy as np
 
 from myelin.importers.onnx.converters import converter
 
-_MATMUL_TYPES = ("float16", "float32", "float64")
+_MATMUL_TYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def _product(values):
@@ -134,7 +134,7 @@ def _contract(ctx, a, la, b, lb, keep):
         b = ctx.reshape(b, [size_b[label] for label in batch] +
                         [_product([size_b[label] for label in summed]),
                          _product([size_b[label] for label in free_b])])
-        return ctx.reshape(ctx.op("MatMul", [a, b]), out_shape), out_labels
+        return ctx.reshape(ctx.product(a, b), out_shape), out_labels
     # Integers: a broadcast product over batch + free_a + free_b + summed, then a Sum.
     full = out_labels + summed
     a = ctx.reshape(_transpose(ctx, a, la, batch + free_a + summed),

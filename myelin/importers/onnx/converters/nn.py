@@ -8,6 +8,7 @@ them into a few loops).
 
 import numpy as np
 
+from myelin.flow import dtypes
 from myelin.importers.onnx.converters import converter
 
 
@@ -53,12 +54,12 @@ _CONV_ATTRS = ("kernel_shape", "strides", "pads", "dilations", "group", "auto_pa
 
 
 def _pass_through(ctx, op_type, extra=None, outputs=1):
-    """The node as the myelin op of the same attributes. float16 is computed in float32, and
-    8-bit integers (MaxPool) in float32, which holds them exactly."""
+    """The node as the myelin op of the same attributes. float16 and bfloat16 are computed in
+    float32, and 8-bit integers (MaxPool) in float32, which holds them exactly."""
     attrs = {name: ctx.attrs[name] for name in _CONV_ATTRS if name in ctx.attrs}
     inputs = ctx.inputs
     original = inputs[0].dtype
-    widened = original in ("float16", "int8", "uint8")
+    widened = original in dtypes.REDUCED_FLOAT_TYPES or original in ("int8", "uint8")
     if widened:
         inputs = [ctx.cast(var, "float32") for var in inputs]
     results = ctx.op(op_type, inputs, dict(attrs, **(extra or {})), outputs=outputs)
@@ -158,7 +159,7 @@ def _layer_norm(ctx):
     x = ctx.input(0)
     axis = ctx.attr("axis", -1)
     axis = axis + x.rank if axis < 0 else axis
-    stash = ctx.cast(x, "float32") if x.dtype == "float16" else x
+    stash = ctx.cast(x, "float32") if x.dtype in dtypes.REDUCED_FLOAT_TYPES else x
     normalized, mean, _, inv_std = _normalize(ctx, stash, range(axis, x.rank),
                                            ctx.attr("epsilon", 1e-5))
     y = ctx.op("Mul", [ctx.cast(normalized, x.dtype), ctx.input(1)])

@@ -54,11 +54,12 @@ def _broadcastable(ctx, param, shape, axis, block_size=0):
 
 
 def _div(ctx, x, scale):
-    """x / scale in NumPy's arithmetic: float16 operands are divided in float32 and the
-    quotient rounded to float16; the result is float32 or float64 (for the next steps)."""
-    if x.dtype == "float16":
+    """x / scale in NumPy's arithmetic: float16 (bfloat16) operands are divided in float32
+    and the quotient rounded to their type; the result is float32 or float64 (for the next
+    steps)."""
+    if x.dtype in dtypes.REDUCED_FLOAT_TYPES:
         quotient = ctx.op("Div", [ctx.cast(x, "float32"), ctx.cast(scale, "float32")])
-        return ctx.cast(ctx.cast(quotient, "float16"), "float32")
+        return ctx.cast(ctx.cast(quotient, x.dtype), "float32")
     return ctx.op("Div", [x, ctx.cast(scale, x.dtype)])
 
 
@@ -192,13 +193,14 @@ def _matmul_integer(ctx):
 
 
 def _multiplier(ctx, x_scale, w_scale, y_scale):
-    """x_scale * w_scale / y_scale in the scales' type (float16 emulated as NumPy does it),
-    as float64 for the requantization."""
-    if x_scale.dtype == "float16":
+    """x_scale * w_scale / y_scale in the scales' type (float16 and bfloat16 emulated as
+    NumPy does it), as float64 for the requantization."""
+    if x_scale.dtype in dtypes.REDUCED_FLOAT_TYPES:
+        narrow = x_scale.dtype
         product = ctx.cast(ctx.op("Mul", [ctx.cast(x_scale, "float32"),
-                                          ctx.cast(w_scale, "float32")]), "float16")
+                                          ctx.cast(w_scale, "float32")]), narrow)
         quotient = ctx.op("Div", [ctx.cast(product, "float32"), ctx.cast(y_scale, "float32")])
-        return ctx.cast(ctx.cast(quotient, "float16"), "float64")
+        return ctx.cast(ctx.cast(quotient, narrow), "float64")
     dtype = x_scale.dtype
     product = ctx.op("Mul", [x_scale, ctx.cast(w_scale, dtype)])
     return ctx.cast(ctx.op("Div", [product, ctx.cast(y_scale, dtype)]), "float64")
