@@ -4,7 +4,8 @@ Runtime and PyTorch eager running the same decoder with past keys and values as 
 (and the presents as outputs), all with the same random weights.
 
 Run: ``python benchmarks/generation.py [--layers N] [--dim D] [--heads H] [--vocab V]
-[--cached T] [--threads N]``; the default is GPT-2 small's size (12 layers, 768 wide, 12
+[--cached T] [--threads N] [--weights bfloat16|float16]`` (``--weights``: myelin keeps its
+products' weights in that type, the others float32); the default is GPT-2 small's size (12 layers, 768 wide, 12
 heads, 50257 tokens), whose step reads about 500 MB of weights: it is bound by memory
 bandwidth on every system. It first checks that the three agree on the logits of an
 8-token prompt, then times a step at position ``--cached``. Needs torch and onnxruntime.
@@ -90,11 +91,13 @@ def main(argv=None):
         parser.add_argument(f"--{field}", type=int, default=getattr(defaults, field))
     parser.add_argument("--cached", type=int, default=256, help="tokens in the cache")
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
+    parser.add_argument("--weights", choices=("bfloat16", "float16"), default=None,
+                        help="myelin's weight storage (default float32)")
     args = parser.parse_args(argv)
     config = generate.GptConfig(vocab=args.vocab, max_len=args.cached + 1, layers=args.layers,
                                 dim=args.dim, heads=args.heads)
     weights = generate.random_weights(config)
-    decoder = generate.Decoder(config, weights, threads=args.threads)
+    decoder = generate.Decoder(config, weights, threads=args.threads, weights=args.weights)
     module = torch_decoder(config, weights)
     session = ort_session(export(module, config), args.threads)
     if args.threads:

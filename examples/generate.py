@@ -121,11 +121,14 @@ def build_step(config, weights, name="gpt"):
 
 
 class Decoder:
-    """A compiled decoder step and one sequence's instance (its key/value cache)."""
+    """A compiled decoder step and one sequence's instance (its key/value cache), for
+    ``config`` with the arrays ``parameters`` (:func:`random_weights`' names); the compiler
+    options (``threads``, ``weights="bfloat16"``, ...) go to the compiler."""
 
-    def __init__(self, config, weights, **compiler_options):
+    def __init__(self, config, parameters, /, **compiler_options):
         self.config = config
-        self.network = myelin.Compiler(**compiler_options).compile(build_step(config, weights))
+        self.network = myelin.Compiler(**compiler_options).compile(
+            build_step(config, parameters))
         self.cell = self.network.cell("gpt")
         self.instance = self.cell.instance()
         self.token, self.position, self.logits = (
