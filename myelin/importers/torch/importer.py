@@ -189,7 +189,7 @@ class _ProgramImporter:
         dtype = types.to_myelin(tensor.dtype, f"{name}")
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()
-        array = tensor.detach().numpy()
+        array = types.to_array(tensor.detach())
         if array.dtype != dtypes.to_numpy(self.retype(dtype)):
             array = array.astype(dtypes.to_numpy(self.retype(dtype)))
         var = self.builder.const(array, copy=False)

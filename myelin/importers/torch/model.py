@@ -285,7 +285,7 @@ class _Compiled:
                 value = entry.value
                 results.append(value.clone() if isinstance(value, torch.Tensor) else value)
             else:
-                results.append(torch.from_numpy(outputs[entry]))
+                results.append(types.from_array(outputs[entry]))
         return results
 
     def _structured(self, results, leaves):
@@ -351,12 +351,12 @@ def _array(tensor, where):
         raise InputError(f"argument {where} is on {tensor.device}: myelin computes on the CPU "
                          f"(move it with .cpu())")
     try:
-        return tensor.numpy()
+        return types.to_array(tensor)
     except TypeError:
         types.to_myelin(tensor.dtype, f"argument {where}")
         raise
     except RuntimeError:           # a conjugate or negative view, a sparse tensor
-        return tensor.resolve_conj().resolve_neg().contiguous().numpy()
+        return types.to_array(tensor.resolve_conj().resolve_neg().contiguous())
 
 
 def _leaf_key(leaf, frozen):

@@ -1,14 +1,18 @@
-"""PyTorch's element types and myelin's: which map to which, and what is refused."""
+"""PyTorch's element types and myelin's: which map to which, what is refused, and tensors as
+arrays and back (bfloat16 through its bits: NumPy's bfloat16 is ml_dtypes', which torch does
+not convert)."""
 
 import numpy as np
 import torch
 
 from myelin.errors import UnsupportedTypeError
+from myelin.flow import dtypes
 
 _TYPES = {
     torch.float32: "float32",
     torch.float64: "float64",
     torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
     torch.int8: "int8",
     torch.uint8: "uint8",
     torch.int16: "int16",
@@ -23,13 +27,12 @@ _TORCH = {name: dtype for dtype, name in _TYPES.items()}
 
 
 def to_myelin(dtype, what="a tensor"):
-    """myelin's name of torch ``dtype``; UnsupportedTypeError for one the PyTorch front end
-    does not take (bfloat16, complex, float8, quantized types), naming ``what`` has it."""
+    """myelin's name of torch ``dtype``; UnsupportedTypeError for one myelin lacks (complex,
+    float8, quantized types), naming ``what`` has it."""
     name = _TYPES.get(dtype)
     if name is None:
-        raise UnsupportedTypeError(f"{what} is {dtype}, a type myelin's PyTorch front end "
-                                   f"does not take (it takes float16/32/64, integers and "
-                                   f"bool)")
+        raise UnsupportedTypeError(f"{what} is {dtype}, a type myelin does not compute with "
+                                   f"(it computes float16/32/64, bfloat16, integers and bool)")
     return name
 
 
@@ -38,10 +41,15 @@ def to_torch(name):
     return _TORCH[name]
 
 
-def to_numpy(dtype):
-    """The NumPy dtype of torch ``dtype``."""
-    return np.dtype(to_myelin(dtype))
+def to_array(tensor):
+    """A NumPy view of the CPU tensor ``tensor`` (no copy; a bfloat16 one through its bits)."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(dtypes.to_numpy("bfloat16"))
+    return tensor.numpy()
 
 
-def is_float(dtype):
-    return dtype in (torch.float16, torch.float32, torch.float64)
+def from_array(array):
+    """A tensor sharing ``array``'s memory (a bfloat16 one through its bits)."""
+    if array.dtype.kind == "V":        # (ml_dtypes' bfloat16, the one such type myelin has)
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)

@@ -148,11 +148,41 @@ def test_unsupported_ops_are_listed_at_once():
 
 
 def test_types_and_devices_myelin_lacks_are_refused():
-    module = _mlp().to(torch.bfloat16)
-    with pytest.raises(UnsupportedTypeError, match="bfloat16"):
-        myelin.torch.compile(module, torch.randn(2, 6, dtype=torch.bfloat16))
+    with pytest.raises(UnsupportedTypeError, match="complex64"):
+        myelin.torch.compile(_mlp(), torch.randn(2, 6, dtype=torch.complex64))
     with pytest.raises(InputError, match="precision"):
         myelin.torch.compile(_mlp(), precision="float8")
+
+
+class _Bfloat16Net(nn.Module):
+    """A convolution, a mean over its image, a layer norm, GELU, a linear layer, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.linear = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = self.norm(torch.relu(self.conv(x)).mean((2, 3)))
+        return torch.softmax(self.linear(nn.functional.gelu(h)), -1)
+
+
+def test_bfloat16_module():
+    """A bfloat16 module computes in bfloat16 (each op in float32, its result rounded), its
+    parameters and arguments read through their bits: as close to the float64 module as
+    PyTorch's own bfloat16 result is."""
+    torch.manual_seed(0)
+    module = _Bfloat16Net().to(torch.bfloat16).eval()
+    exact = _Bfloat16Net().double().eval()
+    exact.load_state_dict({k: v.double() for k, v in module.state_dict().items()})
+    x = torch.randn(2, 3, 6, 6, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = myelin.torch.compile(module, x)(x)
+        want, reference = module(x), exact(x.double())
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    error = (got.double() - reference).abs().max().item()
+    assert error <= 2 * (want.double() - reference).abs().max().item() + 2 ** -8
 
 
 def test_inference_only_gradients_raise():

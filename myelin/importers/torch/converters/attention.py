@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from myelin.flow import dtypes
 from myelin.importers.torch.converters import converter
 
 
@@ -37,7 +38,7 @@ def _sdpa(ctx):
         raise ctx.error("attention dropout: myelin compiles inference (pass dropout_p=0 "
                         "outside training)")
     dtype = q.dtype
-    compute = "float32" if dtype == "float16" else dtype
+    compute = "float32" if dtype in dtypes.REDUCED_FLOAT_TYPES else dtype
     q, k, v = (ctx.cast(t, compute) for t in (q, k, v))
     if ctx.get("enable_gqa", False) and q.rank >= 3 and k.shape[-3] != q.shape[-3]:
         times = q.shape[-3] // k.shape[-3]

@@ -12,6 +12,7 @@ import operator
 
 import numpy as np
 
+from myelin.flow import dtypes
 from myelin.importers.torch.converters import converter
 
 
@@ -43,11 +44,11 @@ def _convolution(ctx):
         op_type = "ConvTranspose"
     else:
         op_type = "Conv"
-    widened = x.dtype == "float16"
+    widened = x.dtype in dtypes.REDUCED_FLOAT_TYPES
     if widened:
         inputs = [ctx.cast(v, "float32") for v in inputs]
     y = ctx.op(op_type, inputs, attrs)
-    return ctx.cast(y, "float16") if widened else y
+    return ctx.cast(y, x.dtype) if widened else y
 
 
 def _pool_attrs(ctx, x, kernel, stride, padding, dilation=None):
@@ -77,7 +78,7 @@ def _ceil_mode(ctx, x, attrs, ceil_mode, shape):
 
 
 def _widened(ctx, x):
-    return ctx.cast(x, "float32") if x.dtype in ("float16", "int8", "uint8") else x
+    return ctx.cast(x, "float32") if x.dtype in ("float16", "bfloat16", "int8", "uint8") else x
 
 
 @converter("aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",

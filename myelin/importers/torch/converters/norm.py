@@ -1,12 +1,13 @@
 """Normalizations and softmax: batch norm (inference form, folded by the optimizer into the
 convolution before it), batch statistics (instance norm), layer, group and RMS norms, softmax
 and log-softmax. Norms are written with reductions and element-wise ops, which fusion turns
-into a few loops; float16 inputs are normalized in float32, as PyTorch does.
+into a few loops; float16 and bfloat16 inputs are normalized in float32, as PyTorch does.
 """
 
 import numpy as np
 import torch
 
+from myelin.flow import dtypes
 from myelin.importers.torch.converters import converter
 
 
@@ -22,8 +23,8 @@ def _normalize(ctx, x, axes, epsilon):
 
 
 def _stash(ctx, x):
-    """``x`` in the type norms compute in: float32 for float16."""
-    return ctx.cast(x, "float32") if x.dtype == "float16" else x
+    """``x`` in the type norms compute in: float32 for float16 and bfloat16."""
+    return ctx.cast(x, "float32") if x.dtype in dtypes.REDUCED_FLOAT_TYPES else x
 
 
 def _per_channel(ctx, param, rank):
@@ -154,7 +155,7 @@ def _softmax(ctx, log, safe=False):
     NaN), as ``_safe_softmax`` does."""
     x = ctx.tensor("self")
     dtype = ctx.out_dtype
-    x = ctx.cast(x, "float32" if dtype == "float16" else dtype)
+    x = ctx.cast(x, "float32" if dtype in dtypes.REDUCED_FLOAT_TYPES else dtype)
     if x.rank == 0:
         one = ctx.scalar(0 if log else 1, x.dtype)
         return ctx.cast(ctx.op("Add", [ctx.op("Mul", [x, ctx.scalar(0, x.dtype)]), one]), dtype)

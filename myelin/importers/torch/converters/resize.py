@@ -32,7 +32,7 @@ def _resize(ctx, mode, transform, nearest_mode=None, antialias=False):
         attrs["cubic_coeff_a"] = -0.5 if antialias else -0.75
     if antialias:
         attrs["antialias"] = 1
-    wide = ctx.cast(x, "float32") if x.dtype in ("float16", "uint8", "int8") else x
+    wide = ctx.cast(x, "float32") if x.dtype in ("float16", "bfloat16", "uint8", "int8") else x
     return ctx.cast(ctx.op("Resize", [wide], attrs), x.dtype)
 
 
