@@ -67,12 +67,15 @@ class ConverterContext:
 
     def product(self, a, b, transpose_a=False, transpose_b=False):
         """A MatMul of ``a`` and ``b`` (either read transposed); float16 and bfloat16
-        operands are multiplied in float32 and the product rounded back."""
+        operands are multiplied in float32 and the product rounded back, and a B that is
+        constant weights (once folded) stays in their type (the ``weights`` attribute: exact,
+        its values came from that type)."""
         attrs = {"transpose_a": bool(transpose_a) or None,
                  "transpose_b": bool(transpose_b) or None}
         if a.dtype not in dtypes.REDUCED_FLOAT_TYPES:
             return self.op("MatMul", [a, b], attrs)
-        result = self.op("MatMul", [self.cast(a, "float32"), self.cast(b, "float32")], attrs)
+        result = self.op("MatMul", [self.cast(a, "float32"), self.cast(b, "float32")],
+                         dict(attrs, weights=a.dtype))
         return self.cast(result, a.dtype)
 
     def reshape(self, var, shape):

@@ -275,7 +275,8 @@ def _rewrite(flow, func, group):
         op_type, base = _FUSED_HOSTS[host.type], host.name
         inputs = list(host.inputs[:2 if host.type == "MatMul" else 3]) + inputs[1:]
         if host.type == "MatMul":
-            attrs = {k: v for k, v in host.attrs.items() if k in ("transpose_a", "transpose_b")}
+            attrs = {k: v for k, v in host.attrs.items()
+                     if k in ("transpose_a", "transpose_b", "weights")}
         else:
             attrs = dict(host.attrs.items(), bias=len(host.inputs) == 3)
     else:

@@ -124,3 +124,27 @@ def test_bfloat16_model_saved_and_pickled(tmp_path):
         assert len(loaded.compiles) == 1
         for a, b in zip(first, again):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_narrow_model_products_keep_their_weights_narrow(dtype):
+    """A float16 or bfloat16 model's products read their constant weights in that type (the
+    importer marks them; folding their casts makes them float32 constants, which the kernel
+    packs back exactly): half the bytes a product at batch 1 reads, the same values."""
+    numpy_type = myelin.flow.dtypes.to_numpy(dtype)
+    code = TensorProto.FLOAT16 if dtype == "float16" else BF16
+    rng = np.random.default_rng()
+    weights = (rng.standard_normal((64, 48)) * 0.1).astype(numpy_type)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", code, [1, 64])],
+                              [helper.make_tensor_value_info("y", code, [1, 48])],
+                              [numpy_helper.from_array(weights, "w")])
+    model = myelin.onnx.load(helper.make_model(graph,
+                                               opset_imports=[helper.make_opsetid("", 17)]))
+    x = rng.standard_normal((1, 64)).astype(numpy_type)
+    (y,) = model.run({"x": x})
+    (step,) = [s for s in model.network().cell("main").steps if "MatMul" in s.type]
+    assert step.attrs["weights"] == dtype
+    want = x.astype(np.float64) @ weights.astype(np.float64)
+    unit = 2.0 ** (-11 if dtype == "float16" else -8)        # one rounding of the result
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=unit, atol=1e-6)
