@@ -45,7 +45,7 @@ _BYTE_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
 GROUP_CHANNELS = 8          # the fewest channels per group made int8 (see _grouped_fit)
 
 
-def _dequantized(var):
+def dequantized(var):
     """(bytes or clamp, byte type, zero point variable or None, scale) where ``var`` is
     ``(q - zero) * scale``, ``q * scale``, ``q - zero`` or ``q`` (scale 1) of byte values
     ``q``, a constant scalar scale and zero point; else None."""
@@ -161,7 +161,7 @@ def _rewrite(flow, func, op):
     if (out.dtype not in ("float32", "float64") or not _grouped_fit(op)
             or not w.fixed or (bias is not None and not bias.fixed)):
         return None
-    found = _dequantized(x)
+    found = dequantized(x)
     if found is None:
         return None
     source, dtype, zero, scale = found

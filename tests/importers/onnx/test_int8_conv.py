@@ -161,6 +161,37 @@ def test_requantized_layers_pass_bytes(tmp_path, activations, features):
     np.testing.assert_array_equal(y, _ort(model, {"x": x}))
 
 
+def test_depthwise_between_int8_convolutions_stays_plain(tmp_path):
+    """An inverted residual's depthwise convolution (float: its weights stay float) between
+    two int8 ones keeps the plain layout they read and write: no reorders around it."""
+    w1 = (RNG.standard_normal((16, 8, 1, 1)) * 0.3).astype(np.float32)
+    wd = (RNG.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "wd"], ["c2"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w2"], ["y"])]
+    model = _model(nodes, (1, 8, 12, 12), TensorProto.FLOAT, {"w1": w1, "wd": wd, "w2": w2},
+                   TensorProto.FLOAT)
+    source, target = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, source)
+    quantize_static(source, target, _Images((1, 8, 12, 12)), quant_format=QuantFormat.QDQ,
+                    per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
+    quantized = onnx.load(target)
+    compiled = myelin.onnx.load(quantized)
+    x = _image((1, 8, 12, 12))
+    (y,) = compiled.run({"x": x})
+    steps = [s for s in compiled.network().cell("main").steps if not s.noop]
+    assert sum(s.type == "ConvInteger" for s in steps) == 2
+    assert not any(s.type == "Transpose" or s.attrs.get("channel_block", 0) for s in steps)
+    last = quantized.graph.node[-1]                     # the output's DequantizeLinear
+    scale = float(numpy_helper.to_array(
+        next(i for i in quantized.graph.initializer if i.name == last.input[1])))
+    np.testing.assert_allclose(y, _ort(quantized, {"x": x}, optimize=False),
+                               atol=1.01 * scale)       # (equal in the runs so far)
+
+
 def test_a_quantized_output_is_written_by_the_convolution():
     """A model whose output is the QuantizeLinear's bytes: the ConvInteger step writes them."""
     model = _qdq_conv((1, 6, 9, 9), 10, (3, 3), pads=[1, 1, 1, 1])
