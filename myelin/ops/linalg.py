@@ -6,7 +6,7 @@ attributes ``transpose_a``/``transpose_b``; leading axes are batch axes that bro
 ``np.matmul``. The output shape is ``batch + [m, n]``. The str attribute ``weights``
 ("bfloat16" or "float16"; empty by default) stores a constant float32 B in that type, each
 weight rounded to nearest (:mod:`myelin.optimize.weight_storage`); the product is still
-float32.
+float32. It changes nothing where B is not constant float32 weights.
 """
 
 import numpy as np
@@ -15,6 +15,10 @@ from myelin.errors import ShapeError
 from myelin.flow import dtypes
 from myelin.ops.common import NUMERIC, common_dtype, error
 from myelin.ops.registry import Kind, OpDef, TensorType, attribute, broadcast_shapes, register
+
+
+# The types a float32 product's constant B may be stored in ("": its own).
+WEIGHT_STORAGE = ("", "bfloat16", "float16")
 
 
 def _matrix(shape, transpose):
@@ -32,6 +36,9 @@ def _matmul_infer(op):
     k2, n = _matrix(b.shape, attribute(op, "transpose_b"))
     if k != k2 and -1 not in (k, k2):
         raise error(op, f"inner dimensions {k} and {k2} of shapes {shapes} differ")
+    if attribute(op, "weights") not in WEIGHT_STORAGE:
+        raise error(op, f"weights {attribute(op, 'weights')!r} is not one of "
+                        f"{', '.join(repr(t) for t in WEIGHT_STORAGE)}")
     try:
         batch = broadcast_shapes(op, a.shape[:-2], b.shape[:-2])
     except ShapeError:
@@ -46,7 +53,7 @@ def _matmul_reference(op, inputs):
     if attribute(op, "transpose_b"):
         b = np.swapaxes(b, -1, -2)
     storage = attribute(op, "weights")
-    if storage:
+    if storage and op.inputs[1].fixed and op.inputs[1].dtype == dtypes.DT_FLOAT32:
         b = np.asarray(b).astype(dtypes.to_numpy(storage)).astype(b.dtype)
     return [np.matmul(a, b)]
 

@@ -18,10 +18,11 @@ import logging
 import numpy as np
 
 from myelin.flow import dtypes
+from myelin.ops.linalg import WEIGHT_STORAGE
 
 log = logging.getLogger("myelin")
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
-STORAGE_TYPES = ("bfloat16", "float16")
+STORAGE_TYPES = tuple(name for name in WEIGHT_STORAGE if name)    # (the option's values)
 _PRODUCTS = ("MatMul", "FusedMatMul")
 
 

@@ -175,3 +175,22 @@ def test_saved_network_keeps_narrow_weights(tmp_path):
     net.save(str(path))
     loaded = myelin.load(str(path))
     _check(loaded, flow, rng)
+
+
+def test_weights_attribute_is_checked_and_only_for_float32():
+    """An unknown storage type is an error of the op; on a float64 product the attribute
+    changes nothing (the kernel keeps B float64)."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    with pytest.raises(myelin.ShapeError, match="weights 'int8'"):
+        f.op("MatMul", [f.var("x", "float32", (2, 8)), f.const(np.ones((8, 4), np.float32))],
+             attrs={"weights": "int8"})
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float64", (2, 8))
+    weights = np.full((8, 4), 1 + 2 ** -20)
+    f.op("MatMul", [x, f.const(weights)], name="y", attrs={"weights": "bfloat16"})
+    data = myelin.Compiler().compile(flow).cell("f").instance()
+    data[x] = np.ones((2, 8))
+    data.compute()
+    np.testing.assert_array_equal(np.asarray(data["f/y"]), np.full((2, 4), 8 * (1 + 2 ** -20)))

@@ -156,7 +156,8 @@ class Plan:
         b_dtype = None
         if b.constant_data() is not None:
             packing = "compile"
-            b_dtype = step.attrs.get_str("weights") or None
+            if c.dtype == "float32":        # (the attribute is for float32 products)
+                b_dtype = step.attrs.get_str("weights") or None
         elif trans_b or (panel_bytes <= PACK_BUFFER_BYTES and m >= PACK_MIN_TILES * rows):
             packing = "run"          # B transposed is always packed: its columns are rows
         else:
