@@ -24,7 +24,6 @@ import time
 from typing import Callable
 
 from myelin.builder import verify
-from myelin.optimize.weight_storage import STORAGE_TYPES
 from myelin.optimize import (attention, cleanup, fold, fusion, inference, infer, layout,
                              quantized, quantized_conv, simplify, weight_storage)
 
@@ -157,9 +156,9 @@ def optimize(flow, level=DEFAULT_LEVEL, disable=(), dump=False, debug=None, fold
     debug = _env_flag("MYELIN_DEBUG") if debug is None else debug
     if not dump and _env_flag("MYELIN_DUMP_FLOW"):
         dump = True
-    if weights is not None and weights not in STORAGE_TYPES:
-        raise ValueError(f"weights must be one of {', '.join(STORAGE_TYPES)} or None, "
-                         f"not {weights!r}")
+    if weights is not None and weights not in weight_storage.STORAGE_TYPES:
+        raise ValueError(f"weights must be one of {', '.join(weight_storage.STORAGE_TYPES)} "
+                         f"or None, not {weights!r}")
     ctx = Context(level, fold_limit, fusable=fusable, channel_block=channel_block,
                   weights=weights)
     report = Report()
