@@ -6,6 +6,7 @@ import argparse
 import numpy as np
 
 from myelin.cli.common import UsageError, count_arg, inputs_text, random_inputs
+from myelin.flow import dtypes
 
 
 def add_arguments(command):
@@ -32,6 +33,11 @@ def feeds(inputs, args):
     unknown = sorted(set(given) - {name for name, _, _ in inputs})
     if unknown:
         raise UsageError(f"the model has no input {', '.join(unknown)}", hint)
+    for name, dtype, _ in inputs:
+        value = given.get(name)
+        if dtype == "bfloat16" and value is not None and value.dtype == np.dtype("V2"):
+            # (numpy.save writes ml_dtypes' bfloat16 as two raw bytes an element)
+            given[name] = value.view(dtypes.to_numpy("bfloat16"))
     missing = [spec for spec in inputs if spec[0] not in given]
     if missing and not args.random:
         names = ", ".join(name for name, _, _ in missing)

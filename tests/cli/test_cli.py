@@ -137,6 +137,24 @@ def test_run_with_bfloat16_weights(onnx_file, tmp_path):
                                atol=1e-6)
 
 
+def test_run_a_bfloat16_model(tmp_path):
+    """A bfloat16 input read from a .npy file (which numpy.save writes as raw 2-byte
+    elements) and a bfloat16 output saved."""
+    import ml_dtypes
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [4])])
+    model = tmp_path / "relu.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                      .SerializeToString())
+    np.save(tmp_path / "x.npy", np.array([-1, 0.5, 2, -3], ml_dtypes.bfloat16))
+    status, text = run("run", str(model), "--input", f"x={tmp_path / 'x.npy'}",
+                       "--output-dir", str(tmp_path / "out"))
+    assert status == 0 and text.startswith("y: bfloat16[4]")
+    saved = np.load(tmp_path / "out" / "y.npy").view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(saved.astype(np.float32), [0, 0.5, 2, 0])
+
+
 def test_run_a_flow_file_on_random_inputs(flow_file, tmp_path):
     flow = myelin.Flow.load(flow_file)
     status, text = run("run", flow_file, "--random", "--seed", "7", "--output-dir",
