@@ -41,6 +41,7 @@ PACK_MIN_TILES = 4            # a variable B is packed when a task has this many
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
 PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
 K_BLOCK = 64                  # products an accumulator sums before adding to the running sums
+UNROLL = 4                    # k steps per iteration of a tile of one accumulator set
 
 
 def _madd(b, x, y, acc):
@@ -641,16 +642,18 @@ class _TileShape(NamedTuple):
     product: str        # the multiply-add (see Plan.product)
     b_dtype: object     # the panel's type (see Plan.b_dtype)
     paired: bool        # bfloat16 vectors interleaved by pairs (see _interleave_pairs)
+    unroll: int         # k steps of each accumulator set per iteration of the k loop
 
     @classmethod
     def of(cls, plan, rows, vectors, lanes, stride):
         tile = rows * vectors
         split = max(1, min(4, ACCUMULATORS // tile)) if plan.k >= SPLIT_MIN_K else 1
+        unroll = UNROLL if split == 1 and plan.k >= SPLIT_MIN_K else 1
         blocked = plan.k > K_BLOCK * split and plan.dtype in dtypes.FLOAT_TYPES
         paired = plan.packing == "compile" and plan.b_dtype == "bfloat16"
         return cls(plan.dtype, rows, vectors, lanes, split, blocked,
                    plan.a_strides()[1], stride, plan.itemsize, plan.product, plan.b_dtype,
-                   paired)
+                   paired, unroll)
 
 
 def _tile_function(module, shape, madd):
@@ -688,14 +691,15 @@ def _tile_function(module, shape, madd):
         return out
 
     def sums_over(start, end, initial=None):
-        """The tile's sums over k in [start, end) (end - start a multiple of ``split``),
+        """The tile's sums over k in [start, end) (end - start a multiple of ``per_loop``),
         added to ``initial`` if given: the split sets summed at the end."""
         zero = irutil.const(acc_type, 0)
-        with irutil.accumulating_loop(b, start, end, [zero] * (tile * split), split,
+        with irutil.accumulating_loop(b, start, end, [zero] * (tile * split), per_loop,
                                       name="k") as loop:
             values = list(loop.values)
-            for s in range(split):
-                kk = b.add(loop.index, irutil.i64(s)) if s else loop.index
+            for offset in range(per_loop):      # (set s sums k = s, s + split, ... in order)
+                s = offset % split
+                kk = b.add(loop.index, irutil.i64(offset)) if offset else loop.index
                 values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
             loop.set_next(values)
         sets = [loop.results[s * tile:(s + 1) * tile] for s in range(split)]
@@ -707,7 +711,8 @@ def _tile_function(module, shape, madd):
     def out_at(position):
         return b.gep(out, [irutil.i64(position)], source_etype=acc_type)
 
-    main = b.sub(k, b.urem(k, irutil.i64(split))) if split > 1 else k
+    per_loop = split * shape.unroll     # k steps an iteration takes (K_BLOCK a multiple)
+    main = b.sub(k, b.urem(k, irutil.i64(per_loop))) if per_loop > 1 else k
     block_k = K_BLOCK * split        # each of the split sets sums K_BLOCK products of a block
     if not shape.blocked:
         sums = sums_over(0, main)
@@ -724,7 +729,7 @@ def _tile_function(module, shape, madd):
             for position, value in enumerate(sums_over(block, end, previous)):
                 b.store(value, out_at(position))
         sums = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
-    if split > 1:
+    if per_loop > 1:
         with irutil.accumulating_loop(b, main, k, sums, name="kr") as loop:
             loop.set_next(step(loop.index, loop.values))
         sums = loop.results
