@@ -19,6 +19,11 @@ from myelin.optimize import fold
 FOLD_LIMIT = 64 << 20
 
 
+# Types the pools, convolutions and resizes compute in float32 (which holds 8-bit integers
+# exactly), the result converted back.
+WIDENED_TYPES = dtypes.REDUCED_FLOAT_TYPES | {"int8", "uint8"}
+
+
 class ConverterContext:
     """One node being converted. Subclasses set ``b`` (the flow Builder of the imported
     function) and define ``name`` and ``op_type`` (the node's name and type, for messages)."""
@@ -64,6 +69,10 @@ class ConverterContext:
         if var.dtype == dtypes.canonical(dtype):
             return var
         return self.op("Cast", [var], {"dtype": dtypes.canonical(dtype)})
+
+    def widened(self, var):
+        """``var`` in float32 if its type is one of WIDENED_TYPES, else itself."""
+        return self.cast(var, "float32") if var.dtype in WIDENED_TYPES else var
 
     def product(self, a, b, transpose_a=False, transpose_b=False):
         """A MatMul of ``a`` and ``b`` (either read transposed); float16 and bfloat16

@@ -9,6 +9,7 @@ them into a few loops).
 import numpy as np
 
 from myelin.flow import dtypes
+from myelin.importers.context import WIDENED_TYPES
 from myelin.importers.onnx.converters import converter
 
 
@@ -59,7 +60,7 @@ def _pass_through(ctx, op_type, extra=None, outputs=1):
     attrs = {name: ctx.attrs[name] for name in _CONV_ATTRS if name in ctx.attrs}
     inputs = ctx.inputs
     original = inputs[0].dtype
-    widened = original in dtypes.REDUCED_FLOAT_TYPES or original in ("int8", "uint8")
+    widened = original in WIDENED_TYPES
     if widened:
         inputs = [ctx.cast(var, "float32") for var in inputs]
     results = ctx.op(op_type, inputs, dict(attrs, **(extra or {})), outputs=outputs)

@@ -77,10 +77,6 @@ def _ceil_mode(ctx, x, attrs, ceil_mode, shape):
     return 1
 
 
-def _widened(ctx, x):
-    return ctx.cast(x, "float32") if x.dtype in ("float16", "bfloat16", "int8", "uint8") else x
-
-
 @converter("aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",
            "aten.max_pool1d_with_indices", "aten.max_pool2d", "aten.max_pool1d",
            "aten.max_pool3d")
@@ -90,7 +86,7 @@ def _max_pool(ctx):
                         ctx["dilation"])
     attrs["ceil_mode"] = _ceil_mode(ctx, x, attrs, ctx["ceil_mode"], ctx.out_shape)
     with_indices = "with_indices" in ctx.op_type
-    wide = _widened(ctx, x)
+    wide = ctx.widened(x)
     if not with_indices or not used(ctx, 1):
         y = ctx.cast(ctx.op("MaxPool", [wide], attrs), x.dtype)
         return [y, None] if with_indices else y
@@ -117,7 +113,7 @@ def _avg_pool(ctx):
     attrs["ceil_mode"] = _ceil_mode(ctx, x, attrs, ctx["ceil_mode"], ctx.out_shape)
     include_pad = bool(ctx.get("count_include_pad", True))
     attrs["count_include_pad"] = int(include_pad)
-    y = ctx.op("AveragePool", [_widened(ctx, x)], attrs)
+    y = ctx.op("AveragePool", [ctx.widened(x)], attrs)
     divisor = ctx.args.get("divisor_override")
     if divisor:
         if not include_pad and any(attrs["pads"]):
@@ -147,7 +143,7 @@ def _adaptive_avg_pool(ctx):
     x = ctx.tensor("self")
     out = _output_size(ctx, x, ctx["output_size"])
     sizes = list(x.shape[2:])
-    wide = _widened(ctx, x)
+    wide = ctx.widened(x)
     if all(o == 1 for o in out):
         return ctx.cast(ctx.op("GlobalAveragePool", [wide]), x.dtype)
     if all(s % o == 0 for s, o in zip(sizes, out)):
@@ -180,7 +176,7 @@ def _adaptive_max_pool(ctx):
     if used(ctx, 1):
         raise ctx.error("the indices of an adaptive max pool are not supported")
     sizes = list(x.shape[2:])
-    wide = _widened(ctx, x)
+    wide = ctx.widened(x)
     if all(o == 1 for o in out):
         y = ctx.op("GlobalMaxPool", [wide])
     elif all(s % o == 0 for s, o in zip(sizes, out)):

@@ -32,8 +32,7 @@ def _resize(ctx, mode, transform, nearest_mode=None, antialias=False):
         attrs["cubic_coeff_a"] = -0.5 if antialias else -0.75
     if antialias:
         attrs["antialias"] = 1
-    wide = ctx.cast(x, "float32") if x.dtype in ("float16", "bfloat16", "uint8", "int8") else x
-    return ctx.cast(ctx.op("Resize", [wide], attrs), x.dtype)
+    return ctx.cast(ctx.op("Resize", [ctx.widened(x)], attrs), x.dtype)
 
 
 @converter("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d")
