@@ -49,6 +49,7 @@ and a pickled model is unpickled with only myelin's and NumPy's classes allowed,
 check can vouch for code: load files you would run as programs.
 """
 
+import ctypes
 import dataclasses
 import io
 import json
@@ -63,8 +64,15 @@ import zlib
 import llvmlite.binding as llvm
 import numpy as np
 
+from myelin.codegen.llvm import elf, engine, externals, threads
+from myelin.codegen.llvm import target as targets
 from myelin.errors import CompileError, FlowError, FlowFormatError, SerializationError
-from myelin.flow import dtypes
+from myelin.flow import dtypes, fileformat
+from myelin.flow.attributes import Attributes
+from myelin.memory import aligned_zeros
+from myelin.plan.cell import Step, TensorSpec
+from myelin.runtime.network import Cell, Network
+from myelin import version as myelin_version
 
 FORMAT = 1
 MAGIC = b"MYELINM\0"
@@ -103,15 +111,14 @@ def pack(kind, header, blobs, shift=SHIFT):
     """The bytes of a file holding ``header`` (a JSON dict, given ``kind`` and the blobs'
     places here) and the bytes-like ``blobs``, the payload at ``shift`` bytes past a multiple
     of ALIGN."""
-    from myelin.version import __version__
 
     places, end = [], 0
     blobs = [memoryview(blob).cast("B") for blob in blobs]
     for blob in blobs:
         places.append([end, blob.nbytes])
         end = _aligned(end + blob.nbytes)
-    text = json.dumps({**header, "kind": kind, "myelin": __version__, "blobs": places},
-                      separators=(",", ":")).encode()
+    text = json.dumps({**header, "kind": kind, "myelin": myelin_version.__version__,
+                       "blobs": places}, separators=(",", ":")).encode()
     start = _FRAME.size + len(text)
     start += (shift - start) % ALIGN
     pieces = [text, bytes(start - _FRAME.size - len(text))]
@@ -130,7 +137,6 @@ def unpack(data, kinds=_KINDS, placed=False):
     wrong. The blobs are memoryviews of ``data``; with ``placed``, a network's are uint8
     arrays aligned to :data:`ALIGN` bytes: views of ``data`` where its payload lies aligned
     (read-only if ``data`` is), else of one copy of the payload."""
-    from myelin.version import __version__
 
     data = memoryview(data).cast("B")
     if data.nbytes < _FRAME.size or bytes(data[:len(MAGIC)]) != MAGIC:
@@ -153,9 +159,9 @@ def unpack(data, kinds=_KINDS, placed=False):
     except (ValueError, RecursionError):
         raise SerializationError("the saved myelin model's header is not JSON") from None
     _expect(isinstance(header, dict) and header.get("kind") in kinds, "kind")
-    if header.get("myelin") != __version__:
+    if header.get("myelin") != myelin_version.__version__:
         raise SerializationError(f"the model was saved by myelin {header.get('myelin')!r}; "
-                                 f"this is myelin {__version__}: compile it again")
+                                 f"this is myelin {myelin_version.__version__}: compile it again")
     places = header.get("blobs")
     _expect(isinstance(places, list), "blob list")
     payload, blobs = data[start:], []
@@ -176,7 +182,6 @@ def unpack(data, kinds=_KINDS, placed=False):
 def dumps(value, shift=SHIFT):
     """The bytes of a Network, an OnnxModel or a control-flow Program (as saved; a network's
     payload at ``shift``, see SHIFT)."""
-    from myelin.runtime.network import Network
 
     if isinstance(value, Network):
         return network_bytes(value, shift)
@@ -283,8 +288,6 @@ class _Unpickler(pickle.Unpickler):
 def network_bytes(network, shift=SHIFT):
     """The bytes of ``network`` (compiled for the CPU: it has an :class:`Image`), its payload
     at ``shift`` (see SHIFT)."""
-    from myelin.codegen.llvm import threads
-    from myelin.flow import fileformat
 
     image = getattr(network, "image", None)
     if image is None:
@@ -389,7 +392,6 @@ def _stripped_flow(network):
 
 def _restored_flow(data, globals_):
     """The flow saved by :func:`_stripped_flow`, its constants' data the globals' arrays."""
-    from myelin.flow import fileformat
 
     try:
         flow = fileformat.from_bytes(bytes(data))
@@ -430,10 +432,6 @@ class SavedKernel:
 
 def _network(header, blobs):
     """The network of a checked frame's ``header`` and ``blobs``."""
-    from myelin.codegen.llvm import engine, externals, threads
-    from myelin.codegen.llvm import target as targets
-    from myelin.plan.cell import Step
-    from myelin.runtime.network import Cell, Network
 
     _expect(header["kind"] == "network", "kind")
     _expect(header.keys() == {"kind", "myelin", "blobs", "target", "threads", "pool",
@@ -560,7 +558,6 @@ def _network(header, blobs):
 
 
 def _spec(record):
-    from myelin.plan.cell import TensorSpec
 
     fields = {"name", "dtype", "shape", "kind", "aliases", "is_output", "alignment", "offset",
               "first", "last", "ref", "shares", "view_of", "slice_of", "slice_offset"}
@@ -599,7 +596,6 @@ def _step(record, spec_at, Step):
             and _count(record["flops"]) and isinstance(record["view"], bool)
             and isinstance(record["inplace"], list) and all(map(_count, record["inplace"])),
             "step")
-    from myelin.flow.attributes import Attributes
 
     attrs = Attributes()
     attrs.update(record["attrs"])
@@ -613,7 +609,6 @@ def _step(record, spec_at, Step):
 def check_target(target):
     """SerializationError unless this machine runs code compiled for ``target``: the same
     architecture and operating system, and every CPU feature the code may use."""
-    from myelin.codegen.llvm import target as targets
 
     targets.host("host")          # (LLVM's native target initialized)
     here = llvm.get_process_triple()
@@ -641,7 +636,6 @@ def _check_symbols(objects, bound):
     """SerializationError unless every symbol the object files leave undefined is bound,
     defined by one of them or found in this process (LLVM's loader would end the process at
     a symbol that nothing defines)."""
-    from myelin.codegen.llvm import elf, externals
 
     try:
         defined = set().union(*(elf.defined_symbols(data) for data in objects))
@@ -656,7 +650,6 @@ def _check_symbols(objects, bound):
 
 
 def _in_process(name):
-    import ctypes
 
     try:
         getattr(ctypes.CDLL(None), name)
@@ -676,7 +669,6 @@ def _aligned_empty(nbytes, shift=0):
 def _copy(data, alignment):
     """A copy of the uint8 array ``data`` at a multiple of ``alignment`` (at least one byte
     long: an empty tensor still has an address)."""
-    from myelin.memory import aligned_zeros
 
     block = aligned_zeros(max(data.nbytes, 1), alignment)
     block[:data.nbytes] = data
