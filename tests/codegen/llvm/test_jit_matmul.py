@@ -170,10 +170,11 @@ def test_batch_folded_into_rows(threads):
 
 @pytest.mark.parametrize("features", ["host", "sse"])
 def test_long_products_sum_k_in_blocks(features):
-    """Products longer than one block of k (64 products per accumulator) around the block
-    edges, of every type; a float32 product's rounding error does not grow with k."""
+    """Products longer than one block of k (256 products per accumulator, 1024 where a tile
+    of one row splits k over four) around the block edges, of every type; a float32
+    product's rounding error does not grow with k."""
     rng = np.random.default_rng()
-    shapes = [(3, 63, 17), (5, 64, 16), (2, 65, 33), (1, 255, 9), (1, 257, 7), (7, 600, 9),
+    shapes = [(3, 63, 17), (5, 256, 16), (2, 257, 33), (1, 255, 9), (1, 257, 7), (7, 600, 9),
               (1, 1025, 40)]
     for dtype in ("float32", "float64", "int64"):
         flow = myelin.Flow()
@@ -195,7 +196,9 @@ def test_long_products_sum_k_in_blocks(features):
     data.compute()
     want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
     rms = np.sqrt(np.mean((np.asarray(data["f/y"]) - want) ** 2) / np.mean(want ** 2))
-    assert rms < 3e-7    # (ONNX Runtime's is about 3e-7; one chain over all of k: 1.2e-6)
+    # ONNX Runtime's is 3.0e-7 (the same blocks of 256, the same sums); one chain over all
+    # of k: 1.2e-6
+    assert rms < 3.3e-7
 
 
 @pytest.mark.parametrize("features", PRESETS)

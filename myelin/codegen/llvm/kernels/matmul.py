@@ -40,7 +40,7 @@ PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
 PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
-K_BLOCK = 64                  # products an accumulator sums before adding to the running sums
+K_BLOCK = 256                 # products an accumulator sums before adding to the running sums
 UNROLL = 4                    # k steps per iteration of a tile of one accumulator set
 
 
@@ -690,9 +690,9 @@ def _tile_function(module, shape, madd):
                     for v in range(vectors)]
         return out
 
-    def sums_over(start, end, initial=None):
-        """The tile's sums over k in [start, end) (end - start a multiple of ``per_loop``),
-        added to ``initial`` if given: the split sets summed at the end."""
+    def sums_over(start, end):
+        """The tile's sums over k in [start, end) (end - start a multiple of ``per_loop``):
+        the split sets summed at the end."""
         zero = irutil.const(acc_type, 0)
         with irutil.accumulating_loop(b, start, end, [zero] * (tile * split), per_loop,
                                       name="k") as loop:
@@ -703,7 +703,7 @@ def _tile_function(module, shape, madd):
                 values[s * tile:(s + 1) * tile] = step(kk, values[s * tile:(s + 1) * tile])
             loop.set_next(values)
         sets = [loop.results[s * tile:(s + 1) * tile] for s in range(split)]
-        sums = sets[0] if initial is None else [_add(b, x, y) for x, y in zip(initial, sets[0])]
+        sums = sets[0]
         for other in sets[1:]:
             sums = [_add(b, x, y) for x, y in zip(sums, other)]
         return sums
@@ -725,9 +725,10 @@ def _tile_function(module, shape, madd):
         with irutil.for_range(b, 0, main, block_k, name="kb") as block:
             end = b.add(block, irutil.i64(block_k))
             end = b.select(b.icmp_signed("<", end, main), end, main)
-            previous = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
-            for position, value in enumerate(sums_over(block, end, previous)):
-                b.store(value, out_at(position))
+            sums = sums_over(block, end)        # (the running sums loaded after its loop)
+            for position, value in enumerate(sums):
+                b.store(_add(b, b.load(out_at(position), typ=acc_type), value),
+                        out_at(position))
         sums = [b.load(out_at(p), typ=acc_type) for p in range(tile)]
     if per_loop > 1:
         with irutil.accumulating_loop(b, main, k, sums, name="kr") as loop:
