@@ -15,6 +15,7 @@ from jitcheck import random_array, relative_error
 from myelin import cachefiles, reference
 from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm import tuning
+from myelin.codegen.llvm.kernels import matmul
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                 "scripts"))
@@ -236,3 +237,17 @@ def test_measure_stops_compiling_at_the_budget():
     options = step.kernel.choices(step, net.target)
     seconds = tuning.measure(step, options, net.target, budget=0)
     assert seconds[0] > 0 and seconds[1:] == [None] * (len(options) - 1)
+
+
+def test_a_product_folding_its_batch_into_rows_is_tuned_for_those_rows(tmp_path, measured):
+    """x[seq, 1, d] W (a sequence-first transformer's projection) computes as one product of
+    seq rows: its options are tiles for seq rows, not for the one row of each batch entry."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    f.matmul(f.var("x", "float32", [96, 1, 128]),
+             f.array("w", random_array(np.random.default_rng(), "float32", (128, 160))))
+    steps, net = _compile_and_check(flow, tuning_cache=tmp_path)
+    step = steps["f/MatMul"]
+    options = step.kernel.choices(step, net.target)
+    assert options[0]["rows"] == matmul.tile_rows(net.target, 96) > 1
+    assert all(option["rows"] > 1 for option in options) and step.choice == options[-1]

@@ -103,6 +103,15 @@ def _rows_fold(step):
     return True
 
 
+def _rows_and_batch(step):
+    """(rows, batch dimensions) of the product a plan computes for ``step``: C's, its batch
+    folded into the rows where :func:`_rows_fold` allows."""
+    c = step.outputs[0]
+    if _rows_fold(step):
+        return c.shape[-2] * math.prod(c.shape[:-2]), ()
+    return c.shape[-2], c.shape[:-2]
+
+
 class Plan:
     """The shapes, tile sizes, packing and task split of C[m, n] = A[m, k] x B[k, n] over
     ``batch``. ``packing`` is "compile" (B constant, packed into panels by the kernel), "run"
@@ -147,11 +156,8 @@ class Plan:
         a, b, c = step.inputs[0], step.inputs[1], step.outputs[0]
         trans_a = step.attrs.get_bool("transpose_a", False)
         trans_b = step.attrs.get_bool("transpose_b", False)
-        m, n = c.shape[-2], c.shape[-1]
+        (m, batch), n = _rows_and_batch(step), c.shape[-1]
         k = a.shape[-2] if trans_a else a.shape[-1]
-        batch = c.shape[:-2]
-        if _rows_fold(step):
-            m, batch = m * math.prod(batch), ()
         vectors, rows = _tiling(ctx.target, m, step.choice)
         panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
         b_dtype = None
@@ -236,7 +242,7 @@ class MatMulKernel(Kernel):
                 and t.shape == c.shape and t.itemsize == c.itemsize]
 
     def choices(self, step, target):
-        return choices(target, step.outputs[0].shape[-2])
+        return choices(target, _rows_and_batch(step)[0])
 
     def flops(self, step):
         a, c = step.inputs[0], step.outputs[0]
