@@ -195,10 +195,11 @@ class _Task(Task):
         return irutil.element_ptr(b, self.a, self.plan.dtype,
                                   b.add(b.mul(panel, i64(self.plan.k * width)), within))
 
-    def store(self, value, row, column, valid):
+    def store(self, value, row, column, valid, inline=False):
         """Store the first ``valid`` lanes of ``value``, the channels from ``column`` of pixel
         ``row``, through bias and epilogue, one lane at a time into the planes of the
-        channels (the lanes past them are past the channels: nothing there is read)."""
+        channels (the lanes past them are past the channels: nothing there is read); the
+        epilogue inlined if ``inline``."""
         b, plan = self.b, self.plan
         dtype, lanes = plan.dtype, irutil.width_of(value)
         if self.bias is not None:
@@ -219,7 +220,7 @@ class _Task(Task):
                         ir.VectorType(irutil.I64, lanes), [k * self.plane for k in range(lanes)]))
                     extras.append(irutil.gather(b, ptr, dtype, offsets,
                                                 irutil.first_lanes(lanes, valid)))
-            value = plan.epilogue.apply(b, [value] + extras)
+            value = plan.epilogue.apply(b, [value] + extras, inline)
         for lane in range(valid):
             element = b.extract_element(value, i64(lane)) if lanes > 1 else value
             irutil.store(b, element, irutil.element_ptr(

@@ -51,20 +51,32 @@ class TypedRecipe(plan_recipes.TypedRecipe):
                 outputs[target.index] = values[target]
         return [outputs[k] for k in range(len(outputs))]
 
-    def apply(self, builder, inputs):
-        """The one output of an epilogue on ``inputs`` (compute-type values of one width), by
-        a call of a function of the module that evaluates it, emitted once for these types.
+    def apply(self, builder, inputs, inline=False):
+        """The one output of an epilogue on ``inputs`` (compute-type values of one width):
+        emitted here if ``inline``, else by a call of a function of the module that evaluates
+        it, emitted once for these types (:meth:`function`)."""
+        if inline:
+            return self.evaluate(builder, inputs)[0]
+        return builder.call(self.function(builder.module, tuple(v.type for v in inputs)), inputs)
+
+    def costly(self, module, types):
+        """True if the epilogue on values of ``types`` is too costly to inline at each store
+        (see :meth:`function`)."""
+        return "noinline" in self.function(module, types).attributes
+
+    def function(self, module, types):
+        """The function of ``module`` evaluating the epilogue on values of ``types``.
 
         A product's or convolution's kernel stores each of a tile's vectors through its
         epilogue, in several variants of the tile: inline, a GELU's erf or a quantization's
         rounding was emitted, optimized and compiled a hundred times in one kernel. A cheap
         epilogue (a bias and ReLU: at most ``INLINE_MOST`` instructions) is still inlined at
-        every store; a costly one is compiled once and called."""
-        functions = builder.module.__dict__.setdefault("myelin_epilogues", {})
-        types = tuple(value.type for value in inputs)
+        every store; a costly one is compiled once and called, or inlined once where a kernel
+        stores a whole tile in a loop (:class:`myelin.codegen.llvm.kernels.matmul.Task`:
+        its constants are then made once per tile, not once per vector)."""
+        functions = module.__dict__.setdefault("myelin_epilogues", {})
         function = functions.get((id(self), types))
         if function is None:
-            module = builder.module
             function = ir.Function(module, ir.FunctionType(types[0], types),
                                    module.get_unique_name("epilogue"))
             function.linkage = "internal"
@@ -75,7 +87,7 @@ class TypedRecipe(plan_recipes.TypedRecipe):
             costly = sum(len(block.instructions) for block in function.blocks) > INLINE_MOST
             function.attributes.add("noinline" if costly else "alwaysinline")
             functions[(id(self), types)] = function
-        return builder.call(function, inputs)
+        return function
 
 
 _EPILOGUES = weakref.WeakKeyDictionary()   # FusedMatMul/FusedConv step: TypedRecipe or None

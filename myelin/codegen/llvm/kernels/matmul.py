@@ -571,6 +571,19 @@ class Task:
         kernel = self.ctx.function(("matmul tile",) + shape,
                                    lambda module: _tile_function(module, shape, plan.madd))
         b.call(kernel, [a, source, tile, irutil.i64(plan.k), irutil.i64(plan.a_strides()[0])])
+
+        extras = len(self.extras)
+        if (columns >= vectors * lanes and plan.epilogue is not None
+                and plan.epilogue.costly(b.module, (vector,) * (1 + extras))):
+            # A costly epilogue (a GELU's erf) inlined once, in a loop over the tile's vectors:
+            # its constants are made once per tile, not in a call for each vector.
+            with irutil.for_range(b, 0, rows * vectors, name="t") as position:
+                row = b.add(ival(i), b.udiv(position, irutil.i64(vectors)))
+                at = b.add(column, b.mul(b.urem(position, irutil.i64(vectors)),
+                                         irutil.i64(lanes)))
+                value = b.load(b.gep(tile, [position], source_etype=vector), typ=vector)
+                self.store(value, row, at, lanes, inline=True)
+            return
         for r in range(rows):
             row = b.add(ival(i), irutil.i64(r))
             for v in range(vectors):
@@ -588,10 +601,10 @@ class Task:
         return irutil.element_ptr(b, self.a, self.plan.dtype,
                                   b.mul(ival(i), irutil.i64(self.plan.a_strides()[0])))
 
-    def store(self, value, row, column, valid):
+    def store(self, value, row, column, valid, inline=False):
         """Store the first ``valid`` lanes of ``value`` at C[row, column:column + valid],
         through the epilogue if any (the lanes past them lie past C's columns: the epilogue's
-        inputs there are not read, nor C written)."""
+        inputs there are not read, nor C written), inlined if ``inline``."""
         b, plan = self.b, self.plan
         dtype = plan.dtype
         lanes = irutil.width_of(value)
@@ -613,7 +626,7 @@ class Task:
                     extras.append(irutil.load_lanes(b, at, dtype, lanes, valid))
                 else:
                     extras.append(irutil.load(b, at, dtype, lanes, plan.itemsize))
-            value = plan.epilogue.apply(b, [value] + extras)
+            value = plan.epilogue.apply(b, [value] + extras, inline)
         index = b.add(b.mul(row, irutil.i64(plan.n)), column)
         at = irutil.element_ptr(b, self.c, dtype, index)
         if valid < lanes:

@@ -227,10 +227,10 @@ class _Task(Task):
         return irutil.element_ptr(b, self.a, "int32",
                                   b.mul(b.sub(ival(i), self.first), irutil.i64(self.plan.k)))
 
-    def store(self, value, row, column, valid):
+    def store(self, value, row, column, valid, inline=False):
         if self.correction is not None:
             b, lanes = self.b, irutil.width_of(value)
             sums = irutil.load(b, irutil.element_ptr(b, self.sums, "int32", column), "int32",
                                lanes, 4)     # (the sums are padded to whole panels)
             value = b.sub(value, b.mul(self.correction, sums))
-        super().store(value, row, column, valid)
+        super().store(value, row, column, valid, inline)
