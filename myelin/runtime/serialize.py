@@ -64,6 +64,7 @@ import zlib
 import llvmlite.binding as llvm
 import numpy as np
 
+from myelin import version as myelin_version
 from myelin.codegen.llvm import elf, engine, externals, threads
 from myelin.codegen.llvm import target as targets
 from myelin.errors import CompileError, FlowError, FlowFormatError, SerializationError
@@ -72,7 +73,6 @@ from myelin.flow.attributes import Attributes
 from myelin.memory import aligned_zeros
 from myelin.plan.cell import Step, TensorSpec
 from myelin.runtime.network import Cell, Network
-from myelin import version as myelin_version
 
 FORMAT = 1
 MAGIC = b"MYELINM\0"
@@ -111,7 +111,6 @@ def pack(kind, header, blobs, shift=SHIFT):
     """The bytes of a file holding ``header`` (a JSON dict, given ``kind`` and the blobs'
     places here) and the bytes-like ``blobs``, the payload at ``shift`` bytes past a multiple
     of ALIGN."""
-
     places, end = [], 0
     blobs = [memoryview(blob).cast("B") for blob in blobs]
     for blob in blobs:
@@ -137,7 +136,6 @@ def unpack(data, kinds=_KINDS, placed=False):
     wrong. The blobs are memoryviews of ``data``; with ``placed``, a network's are uint8
     arrays aligned to :data:`ALIGN` bytes: views of ``data`` where its payload lies aligned
     (read-only if ``data`` is), else of one copy of the payload."""
-
     data = memoryview(data).cast("B")
     if data.nbytes < _FRAME.size or bytes(data[:len(MAGIC)]) != MAGIC:
         raise SerializationError("not a saved myelin model (no myelin header)")
@@ -182,7 +180,6 @@ def unpack(data, kinds=_KINDS, placed=False):
 def dumps(value, shift=SHIFT):
     """The bytes of a Network, an OnnxModel or a control-flow Program (as saved; a network's
     payload at ``shift``, see SHIFT)."""
-
     if isinstance(value, Network):
         return network_bytes(value, shift)
     kind = _pickled_class(value)
@@ -288,7 +285,6 @@ class _Unpickler(pickle.Unpickler):
 def network_bytes(network, shift=SHIFT):
     """The bytes of ``network`` (compiled for the CPU: it has an :class:`Image`), its payload
     at ``shift`` (see SHIFT)."""
-
     image = getattr(network, "image", None)
     if image is None:
         raise SerializationError(f"cannot save or pickle this {type(network).__name__}: it "
@@ -392,7 +388,6 @@ def _stripped_flow(network):
 
 def _restored_flow(data, globals_):
     """The flow saved by :func:`_stripped_flow`, its constants' data the globals' arrays."""
-
     try:
         flow = fileformat.from_bytes(bytes(data))
     except (FlowFormatError, FlowError) as error:
@@ -432,7 +427,6 @@ class SavedKernel:
 
 def _network(header, blobs):
     """The network of a checked frame's ``header`` and ``blobs``."""
-
     _expect(header["kind"] == "network", "kind")
     _expect(header.keys() == {"kind", "myelin", "blobs", "target", "threads", "pool",
                               "objects", "symbols", "specs", "globals", "arrays", "cells",
@@ -518,7 +512,7 @@ def _network(header, blobs):
             _expect(root.is_global or root.offset is None
                     or root.offset + root.instance_bytes <= max(record["instance_size"], 1),
                     f"place of tensor {spec.name}")
-        steps = [_step(step, spec_at, Step) for step in record["steps"]]
+        steps = [_step(step, spec_at) for step in record["steps"]]
         shape = record["counters"]
         if shape is not None:
             _expect(shape == [1 + len(steps), 2], "profile counters")
@@ -558,7 +552,6 @@ def _network(header, blobs):
 
 
 def _spec(record):
-
     fields = {"name", "dtype", "shape", "kind", "aliases", "is_output", "alignment", "offset",
               "first", "last", "ref", "shares", "view_of", "slice_of", "slice_offset"}
     _expect(isinstance(record, dict) and record.keys() == fields, "tensor")
@@ -585,7 +578,7 @@ def _spec(record):
                       slice_offset=record["slice_offset"])
 
 
-def _step(record, spec_at, Step):
+def _step(record, spec_at):
     fields = {"name", "type", "inputs", "outputs", "attrs", "variant", "kernel", "flops",
               "view", "inplace"}
     _expect(isinstance(record, dict) and record.keys() == fields
@@ -609,7 +602,6 @@ def _step(record, spec_at, Step):
 def check_target(target):
     """SerializationError unless this machine runs code compiled for ``target``: the same
     architecture and operating system, and every CPU feature the code may use."""
-
     targets.host("host")          # (LLVM's native target initialized)
     here = llvm.get_process_triple()
     if _system(target.triple) != _system(here):
@@ -636,7 +628,6 @@ def _check_symbols(objects, bound):
     """SerializationError unless every symbol the object files leave undefined is bound,
     defined by one of them or found in this process (LLVM's loader would end the process at
     a symbol that nothing defines)."""
-
     try:
         defined = set().union(*(elf.defined_symbols(data) for data in objects))
         used = set().union(*(elf.undefined_symbols(data) for data in objects))
@@ -650,7 +641,6 @@ def _check_symbols(objects, bound):
 
 
 def _in_process(name):
-
     try:
         getattr(ctypes.CDLL(None), name)
     except AttributeError:
@@ -669,7 +659,6 @@ def _aligned_empty(nbytes, shift=0):
 def _copy(data, alignment):
     """A copy of the uint8 array ``data`` at a multiple of ``alignment`` (at least one byte
     long: an empty tensor still has an address)."""
-
     block = aligned_zeros(max(data.nbytes, 1), alignment)
     block[:data.nbytes] = data
     return block[:data.nbytes] if data.nbytes else block[:0]
