@@ -11,7 +11,7 @@ DequantizeLinear(w_q) into a Conv) once constant folding and the simplifier's ro
 have made the weights a float constant and the pair a clamp; also without the scale (1), as
 it writes ConvInteger and QLinearConv (a float64 Conv of the shifted bytes and weights). The
 integer weights are recovered from the float ones, per output channel (per-tensor
-quantization is a case of it): the scale (the largest weight over a level: 127, 128, 64 or
+quantization is a case of it): the scale (the largest weight over a level: 127, 64, 128 or
 255 for int8, 7-bit and zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that
 makes every weight an integer times it, to within float32 rounding of ``integer * scale``.
 Weights that are no such multiples keep the float Conv, and so do depthwise convolutions and
@@ -37,7 +37,7 @@ from myelin.optimize.quantized import as_bytes, byte_source, constant, zero_poin
 from myelin.optimize.simplify import clamped
 
 _LEVELS = 255               # the largest magnitude of the integer weights
-_COMMON_LEVELS = (127, 128, 64, 255)
+_COMMON_LEVELS = (127, 64, 128, 255)   # (64 before 128: 7-bit weights fit both, int8 at 64)
 _SAMPLE = 16                # elements of a row the levels are tried on first
 _CHUNK = 256                # rows whose samples are tried at once
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
@@ -90,8 +90,8 @@ def integer_weights(data):
 
 def _scales(rows, top):
     """The scale of each row: its largest magnitude ``top`` (or the tensor's) over a level
-    that makes the row integers times it: 127, 128, 64 or 255 (symmetric int8, int8 whose
-    largest magnitude is -128, 7-bit and shifted uint8 weights) where one does, else the
+    that makes the row integers times it: 127, 64, 128 or 255 (symmetric int8, 7-bit, int8
+    whose largest magnitude is -128 and shifted uint8 weights) where one does, else the
     row's over the smallest in 1 .. 255; None where a row has none."""
     top = np.where(top > 0, top, 1.0)
     scales = np.full(len(rows), np.nan)

@@ -1,5 +1,6 @@
 """Integer convolutions of QDQ models (issue 27): the fuse_integer_conv pass, the ConvInteger
-op and its kernel (pmaddwd on pairs of channels, an implicit im2col of the bytes).
+op and its kernel (an implicit im2col of the bytes: vpdpbusd on four channels where the CPU
+has VNNI and the weights are int8, pmaddwd on pairs of channels elsewhere).
 
 The int32 sums are exact, so results equal the float convolution's wherever its rounding
 does not move a value across a quantization boundary, and ONNX Runtime's where it computes
@@ -240,6 +241,48 @@ def test_conv_integer_is_exact(x_type, w_type, features):
     np.testing.assert_array_equal(y, want.astype(np.int32))
 
 
+@pytest.mark.parametrize("x_type, shape, group, options", [
+    (np.uint8, (2, 13, 9, 11), 1, {"pads": [1, 2, 0, 1], "strides": [1, 2]}),
+    (np.int8, (1, 18, 8, 8), 2, {"pads": [1, 1, 1, 1]}),
+    (np.int8, (1, 6, 7, 20), 1, {"pads": [2, 0, 0, 2], "dilations": [2, 1]}),
+])
+def test_conv_integer_with_int8_weights_is_exact(x_type, shape, group, options):
+    """int8 weights with zero point 0: vpdpbusd on a CPU with VNNI, the image's bytes as
+    they are (int8 ones flipped to unsigned), the padding their zero point, and channel
+    counts that are not multiples of four."""
+    low, high = (0, 256) if x_type == np.uint8 else (-128, 128)
+    x = RNG.integers(low, high, shape).astype(x_type)
+    w = RNG.integers(-128, 128, (16, shape[1] // group, 3, 3)).astype(np.int8)
+    x_zero = x_type(RNG.integers(low, high))
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], group=group,
+                            **options)
+    x_onnx = TensorProto.UINT8 if x_type == np.uint8 else TensorProto.INT8
+    model = _model([node], shape, x_onnx, {"w": w, "xz": x_zero, "wz": np.int8(0)},
+                   TensorProto.INT32)
+    (y,) = myelin.onnx.load(model).run({"x": x})
+    pads = options["pads"]
+    shifted = torch.from_numpy(x.astype(np.float64) - float(x_zero))
+    want = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(shifted, (pads[1], pads[3], pads[0], pads[2])),
+        torch.from_numpy(w.astype(np.float64)), stride=options.get("strides", 1),
+        dilation=options.get("dilations", 1), groups=group).numpy()
+    np.testing.assert_array_equal(y, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("features, instruction", [
+    ("+avx,+avx2,+fma", "vpmaddwd"),
+    ("+avx,+avx2,+fma,+avxvnni", "vpdpbusd\t%ymm"),
+    ("+avx512f,+avx512bw,+avx512vl,+avx512vnni", "vpdpbusd\t%zmm"),
+])
+def test_the_multiply_add_follows_the_target(features, instruction):
+    model = myelin.onnx.load(_qdq_conv((1, 16, 10, 10), 32, (3, 3), pads=[1, 1, 1, 1]))
+    model.run({"x": _image((1, 16, 10, 10))})
+    text = myelin.Compiler().emit(model.flow, "x86_64-unknown-linux-gnu", "generic", features)
+    assert instruction in text
+    if "vnni" not in features:
+        assert "vpdpbusd" not in text
+
+
 def test_what_does_not_fit_keeps_the_float_conv():
     """Float weights (not integers times a scale) and depthwise convolutions stay float."""
     x = _image((1, 8, 6, 6))
@@ -266,6 +309,8 @@ def test_integer_weights_are_recovered():
     got, got_scales = integer_weights(weights)
     np.testing.assert_allclose(got * got_scales[:, None, None, None], weights, rtol=1e-6)
     assert got.dtype == np.int16 and np.abs(got).max() <= 255
+    seven_bits, _ = integer_weights(weights[1:2])       # (a grid of 64 is one of 128 too)
+    assert seven_bits.dtype == np.int8
     assert integer_weights(RNG.standard_normal((4, 3, 3, 3))) is None
     assert integer_weights(np.full((2, 3, 1, 1), np.nan)) is None
 

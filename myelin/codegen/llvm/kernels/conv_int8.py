@@ -2,16 +2,25 @@
 convolution of ``x - x_zero`` (uint8 or int8 images) by constant int8 or int16 weights, in
 int32.
 
-It is :mod:`.conv_gemm`'s implicit im2col product with :mod:`.matmul_int8`'s multiply-add:
+It is :mod:`.conv_gemm`'s implicit im2col product with :mod:`.matmul_int8`'s multiply-adds:
 per image and group, Y_g[M/G, pixels] = W_g[M/G, taps x channels of the group] x X'_g, the
 weights A (packed when the model compiles) and X'_g packed at run time, a group of panels
-at a time, from the group's channels of the image. Each int32
-element holds two int16 values of k (``pmaddwd``: two exact products per lane), and k runs
-over (kernel tap, pair of channels), so the two values of an element are two channels at
-the same tap: where the panel's vector of a tap comes from is the same for both, worked
-out once per tap (:class:`~.conv_gemm._ConvTask`), and each pair is two byte loads (or
-gathers at the image's borders), widened to int16 less the zero point (the padding zero
-after the shift) and interleaved. An odd channel count pads the last pair with zeros.
+at a time, from the group's channels of the image. Each int32 element holds a set of
+values of k, and k runs over (kernel tap, set of channels), so the values of an element
+are channels at the same tap: where the panel's vector of a tap comes from is the same for
+all, worked out once per tap (:class:`~.conv_gemm._ConvTask`), and each set is a byte
+load per channel (or a gather at the image's borders), converted and interleaved:
+
+* ``vpdpbusd`` (VNNI, int8 weights): four channels per element, the image's bytes as they
+  are (int8 ones with the sign bit flipped: x + 128) and the padding the zero point's byte,
+  so the zero point is a correction per output channel, ``-(x_zero [+ 128]) * sum w[m]``,
+  whose sums are computed when the weights are packed. The multiply-add's unsigned operand
+  is the image's vector and its signed one the weight;
+* ``pmaddwd`` elsewhere: two channels per element, widened to int16 less the zero point
+  (the padding zero after the shift).
+
+A channel count that is not a multiple of two (four) pads the last element with channels of
+zero weights.
 
 A dequantizing ConvInteger (scale and bias inputs) converts each tile's sums to float where
 it stores them, scales them and adds the bias of their channel, applies its recipe (the
@@ -31,41 +40,54 @@ from myelin.codegen.llvm.kernels.conv import nested_loops
 from myelin.codegen.llvm.kernels.conv_gemm import _ConvTask
 from myelin.codegen.llvm.kernels.fused import TypedRecipe
 from myelin.codegen.llvm.kernels.matmul import Plan, choices
-from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD
+from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD, VPDPBUSD, Product, product
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import ValueType
 from myelin.ops.quantized import conv_part
 
 I16 = ir.IntType(16)
 I32 = irutil.I32
+# vpdpbusd with the image's vector (unsigned bytes) first and the weight (signed) second.
+VPDPBUSD_IMAGE = Product("vpdpbusd.image", VPDPBUSD.per_lane, "uint8", "int8",
+                         lambda b, weight, image, acc: VPDPBUSD.madd(b, image, weight, acc))
+
+
+def _product(step, target):
+    """The multiply-add of ``step``'s convolution on ``target``."""
+    return VPDPBUSD_IMAGE if product(target, step.inputs[1].dtype) is VPDPBUSD else PMADDWD
 
 
 class _Plan(Plan):
-    """The product per image and group of the group's weights [M / G, taps x channel pairs]
-    by its packed channels of the image, in int32 elements of two int16 values."""
-
-    product = PMADDWD.name
-    madd = staticmethod(PMADDWD.madd)
+    """The product per image and group of the group's weights [M / G, taps x channel sets]
+    by its packed channels of the image, in int32 elements of ``per_lane`` narrow values."""
 
     def __init__(self, ctx, step, g):
+        self.found = _product(step, ctx.target)
+        self.product, self.madd = self.found.name, self.found.madd
         self.channels = g.in_channels // g.group          # per group
-        self.pairs = -(-self.channels // 2)
+        self.per_tap = -(-self.channels // self.found.per_lane)     # elements of k
         self.taps = math.prod(g.kernel)
         super().__init__(ctx, g.out_channels // g.group, math.prod(g.output),
-                         self.taps * self.pairs, (g.batch, g.group), "int32", "run",
+                         self.taps * self.per_tap, (g.batch, g.group), "int32", "run",
                          split_rows=False, choice=step.choice)
 
 
 def _packed(step, plan):
-    """The weights [M, C / G, kernel...] as [M, taps, channel pairs] of int16 pairs in int32
-    (a group's rows one after the other)."""
+    """(the weights [M, C / G, kernel...] as [M, taps, channel sets] of narrow values in
+    int32, a group's rows one after the other; for vpdpbusd the sum of each output channel's
+    weights, else None)."""
     w = step.inputs[1]
     data = np.asarray(w.constant_data()).reshape(w.shape)
     m, channels = data.shape[:2]
+    per_lane = plan.found.per_lane
     taps = data.reshape(m, channels, plan.taps).transpose(0, 2, 1)
-    padded = np.zeros((m, plan.taps, 2 * plan.pairs), np.int16)
+    padded = np.zeros((m, plan.taps, per_lane * plan.per_tap),
+                      np.int16 if per_lane == 2 else np.int8)
     padded[:, :, :channels] = taps
-    return np.ascontiguousarray(padded).view(np.int32).reshape(m, plan.k)
+    packed = np.ascontiguousarray(padded).view(np.int32).reshape(m, plan.k)
+    if plan.found is PMADDWD:
+        return packed, None
+    return packed, data.reshape(m, -1).sum(axis=1, dtype=np.int64).astype(np.int32)
 
 
 def _geometry(step):
@@ -87,7 +109,7 @@ class ConvInt8Kernel(Kernel):
         return math.prod(g.input) * g.in_channels < 2 ** 31
 
     def variant(self, step, target):
-        return f"{target.isa()}{PMADDWD.name}"
+        return f"{target.isa()}{_product(step, target).name}"
 
     def choices(self, step, target):
         g = _geometry(step)
@@ -99,18 +121,19 @@ class ConvInt8Kernel(Kernel):
     def emit(self, ctx, step):
         g = _geometry(step)
         plan = _Plan(ctx, step, g)
-        weights = _packed(step, plan)
+        weights, sums = _packed(step, plan)
         recipe = None
         if step.attrs.get_str("expr"):
             dequantized = ValueType("%0", step.inputs[3].dtype, step.outputs[0].shape)
             recipe = TypedRecipe(step, [dequantized] + step.inputs[5:])
         ctx.parallel(f"ConvInteger.{step.name}", step.inputs + step.outputs, plan.tasks,
-                     lambda sub, index: _Task(sub, step, plan, g, weights, recipe,
+                     lambda sub, index: _Task(sub, step, plan, g, weights, sums, recipe,
                                               index).emit(),
                      outline=plan.large)
 
     def kept(self, ctx, step):
-        return [_packed(step, _Plan(ctx, step, _geometry(step)))]
+        weights, sums = _packed(step, _Plan(ctx, step, _geometry(step)))
+        return [weights] if sums is None else [weights, sums]
 
     def packed_inputs(self, step):
         return (1,)          # (the weights: constant, see supports)
@@ -118,12 +141,14 @@ class ConvInt8Kernel(Kernel):
 
 class _Task(_ConvTask):
     """A task of a ConvInteger: an image and group, a block of its output channels and a
-    block of panels of its pixels, packed as channel pairs."""
+    block of panels of its pixels, packed as sets of channels."""
 
-    def __init__(self, ctx, step, plan, geometry, weights, recipe, index):
+    def __init__(self, ctx, step, plan, geometry, weights, sums, recipe, index):
         super().__init__(ctx, step, plan, geometry, index)
-        self.weights, self.recipe = weights, recipe
-        self.zero = None
+        self.weights, self.sums, self.recipe = weights, sums, recipe
+        self.zero = None        # x's zero point, a raw byte
+        self.fill = None        # a packed vector's padding value, as the multiply-add reads it
+        self.correction = None  # vpdpbusd: the unsigned zero point c (sums less c * sum w[m])
         self.scalars = []       # the recipe's one-element inputs, loaded
         self.first_channel = irutil.i64(0)     # the group's first output channel
 
@@ -141,8 +166,12 @@ class _Task(_ConvTask):
             self.first_channel = b.mul(b.urem(batch, irutil.i64(g.group)), irutil.i64(plan.m))
             self.a = irutil.element_ptr(b, self.a, "int32",
                                         b.mul(self.first_channel, irutil.i64(plan.k)))
-        value = irutil.load(b, ctx.pointer(zero), x.dtype)
-        self.zero = irutil.splat(b, self._widen(value), plan.lanes)
+        self.zero = irutil.load(b, ctx.pointer(zero), x.dtype)
+        self.fill = self._converted(irutil.splat(b, self.zero, plan.lanes))
+        if self.sums is not None:
+            unsigned = b.extract_element(self.fill, ir.Constant(I32, 0))
+            self.correction = b.zext(unsigned, I32)
+            self.sums = ctx.keep(self.sums)
         self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
                         for s in self.step.inputs[5:]]
 
@@ -150,12 +179,15 @@ class _Task(_ConvTask):
         """Store the int32 sums, or, for a dequantizing op, their float value times the scale
         plus the bias of channel ``row``, through the recipe, in the output's type."""
         step = self.step
+        b, lanes = self.b, irutil.width_of(value)
+        channel = b.add(self.first_channel, row)
+        if self.correction is not None:
+            total = irutil.load(b, irutil.element_ptr(b, self.sums, "int32", channel), "int32")
+            value = b.sub(value, irutil.splat(b, b.mul(self.correction, total), lanes))
         if len(step.inputs) == 3:
             super().store(value, row, column, valid)
             return
-        b, lanes = self.b, irutil.width_of(value)
         dtype, out = step.inputs[3].dtype, step.outputs[0].dtype
-        channel = b.add(self.first_channel, row)
         scale, bias = (irutil.splat(b, irutil.load(b, irutil.element_ptr(
             b, self.ctx.pointer(p), dtype, channel), dtype), lanes) for p in step.inputs[3:5])
         value = b.fadd(b.fmul(b.sitofp(value, irutil.vector_of(irutil.compute_type(dtype),
@@ -172,56 +204,71 @@ class _Task(_ConvTask):
         else:
             irutil.store(b, value, at, out)
 
-    def _widen(self, value):
-        """Bytes of x as int16 (sign- or zero-extended by x's type)."""
+    def _converted(self, value):
+        """Bytes of x as the multiply-add reads them: unsigned bytes (an int8's sign bit
+        flipped) for vpdpbusd, int16 less the zero point for pmaddwd."""
+        b = self.b
+        signed = self.step.inputs[0].dtype == "int8"
+        if self.plan.found is not PMADDWD:
+            return b.xor(value, irutil.const(value.type, -128)) if signed else value
         typ = irutil.vector_of(I16, irutil.width_of(value))
-        return (self.b.sext if self.step.inputs[0].dtype == "int8" else self.b.zext)(value, typ)
+        extend = b.sext if signed else b.zext
+        return b.sub(extend(value, typ), irutil.splat(b, extend(self.zero, I16),
+                                                      irutil.width_of(value)))
 
     def pack_panel(self, panels, panel, columns):
         b, plan, g = self.b, self.plan, self.g
         first = b.trunc(b.mul(panel, irutil.i64(plan.width)), I32)
         lines = [self._line(first, v) for v in range(plan.vectors)]
         plane = math.prod(g.input)
-        full = plan.channels // 2
+        per_lane = plan.found.per_lane
+        full = plan.channels // per_lane
 
         def tap(kernel):
             sources = [self._source(line, [b.trunc(k, I32) for k in kernel]) for line in lines]
             index = irutil.i64(0)
             for k, size in zip(kernel, g.kernel):
                 index = b.add(b.mul(index, irutil.i64(size)), k)
-            base = b.mul(index, irutil.i64(plan.pairs))
+            base = b.mul(index, irutil.i64(plan.per_tap))
 
-            def pair(number, channels):
+            def element(number, channels):
                 row = self.packed_row(panels, panel, b.add(base, number))
                 images = [irutil.element_ptr(b, self.bp, self.step.inputs[0].dtype,
                                              b.mul(c, irutil.i64(plane))) for c in channels]
                 for v, source in enumerate(sources):
                     target = irutil.element_ptr(b, row, "int32", irutil.i64(v * plan.lanes))
-                    self._pack_pair(images, source, target)
+                    self._pack_element(images, source, target)
 
             with irutil.for_range(b, 0, full, name="gc") as number:
-                channel = b.mul(number, irutil.i64(2))
-                pair(number, [channel, b.add(channel, irutil.i64(1))])
-            if plan.channels % 2:
-                pair(irutil.i64(full), [irutil.i64(plan.channels - 1)])
+                channel = b.mul(number, irutil.i64(per_lane))
+                element(number, [b.add(channel, irutil.i64(c)) for c in range(per_lane)])
+            if plan.channels % per_lane:
+                element(irutil.i64(full), [irutil.i64(c) for c in
+                                           range(full * per_lane, plan.channels)])
 
         nested_loops(b, list(g.kernel), tap, name="g")
 
-    def _pack_pair(self, images, source, target):
+    def _pack_element(self, images, source, target):
         """Store at ``target`` one vector of a packed row: the elements of the channel planes
-        ``images`` (one or two; zeros for a missing second) at ``source``, less the zero
-        point, as int16 pairs."""
+        ``images`` at ``source`` as the multiply-add reads them (the padding, and the
+        channels missing from a last set, ``fill``), interleaved."""
         b, plan = self.b, self.plan
         lanes, dtype, stride = plan.lanes, self.step.inputs[0].dtype, self.g.strides[-1]
         contiguous, start, inside_rows, offsets, inside = source
-        zero16 = irutil.const(irutil.vector_of(I16, lanes), 0)
+        per_lane = plan.found.per_lane
 
         def interleaved(values):
-            values = values + [zero16] * (2 - len(values))
-            mask = ir.Constant(ir.VectorType(I32, 2 * lanes),
-                               [lane // 2 + (lane % 2) * lanes for lane in range(2 * lanes)])
-            both = b.shuffle_vector(values[0], values[1], mask)
-            irutil.store(b, b.bitcast(both, ir.VectorType(I32, lanes)), target, "int32")
+            values = values + [self.fill] * (per_lane - len(values))
+            while len(values) > 1:          # concatenated: channel c's lanes at c * lanes
+                width = 2 * irutil.width_of(values[0])
+                concatenate = ir.Constant(ir.VectorType(I32, width), list(range(width)))
+                values = [b.shuffle_vector(values[i], values[i + 1], concatenate)
+                          for i in range(0, len(values), 2)]
+            mask = [(lane % per_lane) * lanes + lane // per_lane
+                    for lane in range(per_lane * lanes)]
+            whole = b.shuffle_vector(values[0], irutil.const(values[0].type, 0),
+                                     ir.Constant(ir.VectorType(I32, len(mask)), mask))
+            irutil.store(b, b.bitcast(whole, ir.VectorType(I32, lanes)), target, "int32")
 
         with b.if_else(contiguous) as (fast, slow):
             with fast:
@@ -231,9 +278,9 @@ class _Task(_ConvTask):
                     value = irutil.load(b, at, dtype, stride * lanes, 1)
                     if stride > 1:
                         value = irutil.every_nth(b, value, stride, lanes)
-                    value = b.sub(self._widen(value), self.zero)
+                    value = self._converted(value)
                     if inside_rows is not None:
-                        value = b.select(inside_rows, value, zero16)
+                        value = b.select(inside_rows, value, self.fill)
                     values.append(value)
                 interleaved(values)
             with slow:
@@ -241,6 +288,5 @@ class _Task(_ConvTask):
                 values = []
                 for image in images:
                     value = irutil.gather(b, image, dtype, offsets, mask=inside, fill=fill)
-                    values.append(b.select(inside, b.sub(self._widen(value), self.zero),
-                                           zero16))
+                    values.append(b.select(inside, self._converted(value), self.fill))
                 interleaved(values)
