@@ -37,7 +37,10 @@ from myelin.optimize.quantized import as_bytes, byte_source, constant, zero_poin
 from myelin.optimize.simplify import clamped
 
 _LEVELS = 255               # the largest magnitude of the integer weights
-_COMMON_LEVELS = (127, 64, 128, 255)   # (64 before 128: 7-bit weights fit both, int8 at 64)
+# Tried in this order, each per channel then per tensor, so that int8 weights stay int8: 64
+# before 128 (7-bit weights fit both, int8 at 64), 255 last (a per-tensor int8 row whose
+# largest magnitude divides 255 fits it per channel, as 3, 5, ... times its integers).
+_COMMON_LEVELS = (127, 64, 128, 255)
 _SAMPLE = 16                # elements of a row the levels are tried on first
 _CHUNK = 256                # rows whose samples are tried at once
 _TOLERANCE = 2.0 ** -20     # of the largest weight: float32 rounding of integer * scale
@@ -95,8 +98,8 @@ def _scales(rows, top):
     row's over the smallest in 1 .. 255; None where a row has none."""
     top = np.where(top > 0, top, 1.0)
     scales = np.full(len(rows), np.nan)
-    for tops in (top, np.full_like(top, top.max())):       # per channel, per tensor
-        for level in _COMMON_LEVELS:
+    for level in _COMMON_LEVELS:
+        for tops in (top, np.full_like(top, top.max())):       # per channel, per tensor
             left = np.flatnonzero(np.isnan(scales))
             fits = _multiples(rows[left], tops[left] / level, tops[left])
             scales[left[fits]] = tops[left[fits]] / level

@@ -311,6 +311,11 @@ def test_integer_weights_are_recovered():
     assert got.dtype == np.int16 and np.abs(got).max() <= 255
     seven_bits, _ = integer_weights(weights[1:2])       # (a grid of 64 is one of 128 too)
     assert seven_bits.dtype == np.int8
+    per_tensor = RNG.integers(-127, 128, (3, 8, 3, 3))
+    per_tensor[0] = np.clip(per_tensor[0], -85, 85)     # 85 divides 255: 3 x its integers
+    per_tensor[0, 0, 0, 0], per_tensor[1, 0, 0, 0] = 85, -127
+    got, _ = integer_weights(per_tensor.astype(np.float32) * np.float32(0.01))
+    np.testing.assert_array_equal(got, per_tensor)
     assert integer_weights(RNG.standard_normal((4, 3, 3, 3))) is None
     assert integer_weights(np.full((2, 3, 1, 1), np.nan)) is None
 
