@@ -14,8 +14,9 @@ integer weights are recovered from the float ones, per output channel (per-tenso
 quantization is a case of it): the scale (the largest weight over a level: 127, 64, 128 or
 255 for int8, 7-bit and zero-point-shifted uint8 weights, else the smallest in 1 .. 255) that
 makes every weight an integer times it, to within float32 rounding of ``integer * scale``.
-Weights that are no such multiples keep the float Conv, and so do depthwise convolutions and
-groups of fewer than ``GROUP_CHANNELS`` channels (no int8 kernel pays for them yet).
+Weights that are no such multiples keep the float Conv, and so do groups of fewer than
+``GROUP_CHANNELS`` channels (no int8 kernel pays for them yet) other than 2-D depthwise
+convolutions (which have one: :mod:`myelin.codegen.llvm.kernels.conv_depthwise`).
 
 The element-wise ops after the op that read only constant scalars (a ReLU, the next
 QuantizeLinear's division, rounding and clamp, a DequantizeLinear) then move into its recipe
@@ -146,11 +147,13 @@ def _multiples(rows, scale, top):
 
 
 def _grouped_fit(op):
-    """True for one group, or groups of at least ``GROUP_CHANNELS`` input and output
-    channels: the product per group pays (depthwise and thin groups keep the float
-    kernels)."""
+    """True for one group, groups of at least ``GROUP_CHANNELS`` input and output channels
+    (the product per group pays) and 2-D depthwise convolutions (their own kernel); other
+    thin groups keep the float kernels."""
     group = op.attrs.get_int("group", 1)
     w = op.inputs[1]
+    if w.rank == 4 and w.shape[1] == 1 and group == op.inputs[0].shape[1]:
+        return True
     return group == 1 or (w.rank >= 3 and w.shape[1] >= GROUP_CHANNELS
                           and w.shape[0] // group >= GROUP_CHANNELS)
 

@@ -162,30 +162,37 @@ def test_requantized_layers_pass_bytes(tmp_path, activations, features):
     np.testing.assert_array_equal(y, _ort(model, {"x": x}))
 
 
-def test_depthwise_between_int8_convolutions_stays_plain(tmp_path):
-    """An inverted residual's depthwise convolution (float: its weights stay float) between
-    two int8 ones keeps the plain layout they read and write: no reorders around it."""
+@pytest.mark.parametrize("stride, size", [(1, 12), (2, 13)])
+def test_depthwise_between_int8_convolutions_runs_on_bytes(tmp_path, stride, size):
+    """An inverted residual: its depthwise convolution is a ConvInteger too (the depthwise
+    kernel, exact in float32) reading and writing the bytes of the int8 ones around it, in
+    their plain layout: no reorders, no conversions between them."""
     w1 = (RNG.standard_normal((16, 8, 1, 1)) * 0.3).astype(np.float32)
     wd = (RNG.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32)
     w2 = (RNG.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
              helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "wd"], ["c2"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r1", "wd"], ["c2"], group=16, pads=[1, 1, 1, 1],
+                              strides=[stride, stride]),
              helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "w2"], ["y"])]
-    model = _model(nodes, (1, 8, 12, 12), TensorProto.FLOAT, {"w1": w1, "wd": wd, "w2": w2},
+    shape = (1, 8, size, size)
+    model = _model(nodes, shape, TensorProto.FLOAT, {"w1": w1, "wd": wd, "w2": w2},
                    TensorProto.FLOAT)
     source, target = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
     onnx.save(model, source)
-    quantize_static(source, target, _Images((1, 8, 12, 12)), quant_format=QuantFormat.QDQ,
+    quantize_static(source, target, _Images(shape), quant_format=QuantFormat.QDQ,
                     per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
     quantized = onnx.load(target)
     compiled = myelin.onnx.load(quantized)
-    x = _image((1, 8, 12, 12))
+    x = _image(shape)
     (y,) = compiled.run({"x": x})
     steps = [s for s in compiled.network().cell("main").steps if not s.noop]
-    assert sum(s.type == "ConvInteger" for s in steps) == 2
-    assert not any(s.type == "Transpose" or s.attrs.get("channel_block", 0) for s in steps)
+    integer = [s for s in steps if s.type == "ConvInteger"]
+    assert [s.outputs[0].dtype for s in integer] == ["int8", "int8", "float32"]
+    assert integer[1].kernel.name == "ConvDepthwise"
+    assert not any(s.type in ("Transpose", "Cast") or s.attrs.get("channel_block", 0)
+                   for s in steps[2:])          # (the input's quantization and its cast first)
     last = quantized.graph.node[-1]                     # the output's DequantizeLinear
     scale = float(numpy_helper.to_array(
         next(i for i in quantized.graph.initializer if i.name == last.input[1])))
@@ -284,9 +291,10 @@ def test_the_multiply_add_follows_the_target(features, instruction):
 
 
 def test_what_does_not_fit_keeps_the_float_conv():
-    """Float weights (not integers times a scale) and depthwise convolutions stay float."""
+    """Float weights (not integers times a scale) and thin groups (not depthwise) stay
+    float."""
     x = _image((1, 8, 6, 6))
-    grouped = _qdq_conv((1, 8, 6, 6), 8, (3, 3), group=8, pads=[1, 1, 1, 1])
+    grouped = _qdq_conv((1, 8, 6, 6), 8, (3, 3), group=4, pads=[1, 1, 1, 1])
     model = _qdq_conv((1, 8, 6, 6), 4, (1, 1))
     weights = next(i for i in model.graph.initializer if i.name == "wq")
     model.graph.node[2].CopyFrom(helper.make_node("Identity", ["wf"], ["wd"]))

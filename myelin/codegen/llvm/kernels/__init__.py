@@ -32,7 +32,7 @@ _LIBRARY = {
     "MatMul": [MatMulKernel()],
     "FusedMatMul": [MatMulKernel()],
     "MatMulInteger": [MatMulInt8Kernel()],
-    "ConvInteger": [ConvInt8Kernel()],
+    "ConvInteger": [DepthwiseConvKernel(), ConvInt8Kernel()],
     "Calculate": [CalculateKernel()],
     "Transpose": [TransposeKernel()],
     "Concat": [ConcatKernel()],

@@ -11,24 +11,54 @@ weights splatted in registers: each vector loaded from the buffer feeds every ro
 that uses it. The last vector of a row is stored in pieces of halving widths (masked stores
 were twice as slow on Zen 3), its epilogue inputs read through a mask; the bias and the fused
 epilogue are applied before the store.
+
+A depthwise ``ConvInteger`` (:mod:`myelin.ops.quantized`: the bytes of a quantized network,
+less their zero point, by int8 or int16 weights) runs on the same code in float32: the copy
+converts the bytes to ``x - x_zero`` (the padding 0), the weights are their integers, and
+every product and sum is an integer below 2 ** 24, so exact (:func:`_exact`), as the int32
+sums it stands for. The sums are then dequantized (times the scale plus the bias of their
+channel), go through the op's recipe and are stored in its output type: the bytes the next
+quantized layer reads.
 """
 
 import math
 
 import llvmlite.ir as ir
 
-from myelin.codegen.llvm import irutil, loops, mathlib
+import numpy as np
+
+from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, ival, supported_floats
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
+from myelin.ops import quantized as quantized_ops
+from myelin.ops.fused import ValueType
 
 ROWS = 4                 # output rows computed together
 TAPS_PER_GROUP = 128     # fewer rows per group for large kernels (the group is unrolled)
 MAX_STRIDE = 4           # horizontal strides up to this are split into phases
 BUFFER_BYTES = 32 << 10  # the padded band of input rows a task copies
 MAX_BUFFER_BYTES = 256 << 10
+EXACT = 2 ** 24          # float32 holds every integer up to this
+
+
+def _geometry(step):
+    part = quantized_ops.conv_part if step.type == "ConvInteger" else fused_ops.conv_part
+    return conv_ops.geometry(part(step))
+
+
+def _compute_type(step):
+    """The type the kernel computes in: a ConvInteger's scale's (its sums exact in it)."""
+    return step.inputs[3].dtype if step.type == "ConvInteger" else step.outputs[0].dtype
+
+
+def _exact(step):
+    """True if a ConvInteger's sums are exact in its compute type: every byte less the zero
+    point is at most 255 in magnitude, so the taps' products sum to under 2 ** 24."""
+    weights = np.abs(np.asarray(step.inputs[1].constant_data(), np.int64))
+    return 255 * int(weights.reshape(len(weights), -1).sum(axis=1).max(initial=0)) < EXACT
 
 
 class _Shape:
@@ -60,32 +90,37 @@ class _Shape:
 
 
 class DepthwiseConvKernel(OutlinedKernel):
-    """2-D ``Conv`` and ``FusedConv`` with as many groups as input channels, float32 and
-    float64."""
+    """2-D ``Conv``, ``FusedConv`` and dequantizing ``ConvInteger`` with as many groups as
+    input channels, float32 and float64."""
 
     name = "ConvDepthwise"
     shares_code = True
 
     def supports(self, step, target):
-        if (step.type not in ("Conv", "FusedConv") or len(step.inputs[0].shape) != 4
-                or not supported_floats(step)):
+        if len(step.inputs[0].shape) != 4:
+            return False
+        if step.type == "ConvInteger":
+            if (len(step.inputs) < 5 or step.inputs[1].constant_data() is None
+                    or step.inputs[3].dtype != "float32" or not _exact(step)):
+                return False
+        elif step.type not in ("Conv", "FusedConv") or not supported_floats(step):
             return False
         if step.type == "FusedConv" and fused.epilogue(step) is None:
             return False
-        g = conv_ops.geometry(fused_ops.conv_part(step))
+        g = _geometry(step)
         if g.group != g.in_channels or g.strides[1] > MAX_STRIDE:
             return False
-        dtype = step.outputs[0].dtype
-        shape = _Shape(g, loops.lanes(target, dtype), step.outputs[0].itemsize)
+        dtype = _compute_type(step)
+        shape = _Shape(g, loops.lanes(target, dtype), np.dtype(dtype).itemsize)
         return shape.band(MAX_BUFFER_BYTES) > 0
 
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
 
     def emit_body(self, ctx, step):
-        g = conv_ops.geometry(fused_ops.conv_part(step))
-        y = step.outputs[0]
-        s = _Shape(g, loops.lanes(ctx.target, y.dtype), y.itemsize)
+        g = _geometry(step)
+        dtype = _compute_type(step)
+        s = _Shape(g, loops.lanes(ctx.target, dtype), np.dtype(dtype).itemsize)
         band = s.band(BUFFER_BYTES) or s.band(MAX_BUFFER_BYTES)
         planes = g.batch * g.in_channels
         # Bands small enough that there are tasks for every thread.
@@ -101,7 +136,7 @@ class DepthwiseConvKernel(OutlinedKernel):
         def task(sub, index):
             b = sub.builder
             start, stop = task_range(b, index, size, units)
-            buffer = irutil.stack_array(b, irutil.storage_type(y.dtype), s.span(band) * s.row)
+            buffer = irutil.stack_array(b, irutil.storage_type(dtype), s.span(band) * s.row)
             with irutil.for_range(b, start, stop, name="unit") as unit:
                 _Piece(sub, step, s, band, bands, buffer, unit).emit()
 
@@ -115,13 +150,41 @@ class _Piece:
     def __init__(self, ctx, step, shape, band, bands, buffer, unit):
         self.ctx, self.step, self.s, self.band, self.bands = ctx, step, shape, band, bands
         self.buffer, self.b = buffer, ctx.builder
-        self.dtype = step.outputs[0].dtype
+        self.dtype = _compute_type(step)
+        self.integer = step.type == "ConvInteger"
+        self.x_dtype = step.inputs[0].dtype
         b = self.b
         self.plane = b.udiv(unit, irutil.i64(bands))
         self.index = b.urem(unit, irutil.i64(bands))
         self.first = b.mul(self.index, irutil.i64(band))           # first output row
         self.vector = irutil.vector_of(irutil.compute_type(self.dtype), shape.lanes)
         self.zero = irutil.const(self.vector, 0)
+        self.x_zero = self.scale = self.recipe = None
+        self.scalars = []           # a ConvInteger's recipe's one-element inputs, splatted
+        if self.integer:
+            x_zero = irutil.load(b, ctx.pointer(step.inputs[2]), self.x_dtype)
+            self.x_zero = self._float(x_zero, self.x_dtype)
+            if step.attrs.get_str("expr"):
+                dequantized = ValueType("%0", self.dtype, step.outputs[0].shape)
+                self.recipe = fused.TypedRecipe(step, [dequantized] + step.inputs[5:])
+                self.scalars = [irutil.splat(b, irutil.load(b, ctx.pointer(v), v.dtype),
+                                             shape.lanes) for v in step.inputs[5:]]
+
+    def _float(self, value, dtype):
+        """Integers ``value`` of ``dtype`` as the compute type."""
+        typ = irutil.compute_type(self.dtype)
+        if isinstance(value.type, ir.VectorType):
+            typ = ir.VectorType(typ, value.type.count)
+        convert = self.b.uitofp if dtype in irutil.UNSIGNED else self.b.sitofp
+        return convert(value, typ)
+
+    def _converted(self, value):
+        """A loaded vector of x as the buffer holds it: a ConvInteger's bytes less the zero
+        point, in the compute type."""
+        if not self.integer:
+            return value
+        return self.b.fsub(self._float(value, self.x_dtype),
+                           irutil.splat(self.b, self.x_zero, irutil.width_of(value)))
 
     def emit(self):
         b, s, g = self.b, self.s, self.s.g
@@ -149,12 +212,13 @@ class _Piece:
     def copy(self):
         """Copy the input rows of this band into the buffer, padded with zeros, each row as
         ``sw`` phases."""
-        b, s, g, dtype = self.b, self.s, self.s.g, self.dtype
+        b, s, g, dtype, x_dtype = self.b, self.s, self.s.g, self.dtype, self.x_dtype
         (height, width), lanes, stride = g.input, s.lanes, s.sw
         x = self.ctx.pointer(self.step.inputs[0])
-        x_plane = irutil.element_ptr(b, x, dtype, b.mul(self.plane, irutil.i64(height * width)))
+        x_plane = irutil.element_ptr(b, x, x_dtype,
+                                     b.mul(self.plane, irutil.i64(height * width)))
         top = b.sub(b.mul(self.first, irutil.i64(s.sh)), irutil.i64(g.pads_begin[0]))
-        storage = irutil.vector_of(irutil.storage_type(dtype), lanes)
+        storage = irutil.vector_of(irutil.storage_type(x_dtype), lanes)
         wide = stride * lanes
         chunks = s.phase // lanes
         pad = g.pads_begin[1]
@@ -164,7 +228,7 @@ class _Piece:
             source_row = b.add(top, i)
             target = irutil.element_ptr(b, self.buffer, dtype, b.mul(i, irutil.i64(s.row)))
             inside = b.icmp_unsigned("<", source_row, irutil.i64(height))
-            source = irutil.element_ptr(b, x_plane, dtype,
+            source = irutil.element_ptr(b, x_plane, x_dtype,
                                         b.mul(source_row, irutil.i64(width)))
 
             def store_chunk(k, value):
@@ -181,8 +245,8 @@ class _Piece:
                     if inner:
                         with irutil.for_range(b, inner[0], inner[-1] + 1, name="chunk") as k:
                             at = b.sub(b.mul(k, irutil.i64(wide)), irutil.i64(pad))
-                            store_chunk(k, irutil.load(
-                                b, irutil.element_ptr(b, source, dtype, at), dtype, wide))
+                            store_chunk(k, self._converted(irutil.load(
+                                b, irutil.element_ptr(b, source, x_dtype, at), x_dtype, wide)))
                     for k in range(chunks):
                         if k in inner:
                             continue
@@ -190,9 +254,16 @@ class _Piece:
                         mask = [0 <= c < width for c in columns]
                         value = irutil.const(irutil.vector_of(storage.element, wide), 0)
                         if any(mask):
+                            inside = ir.Constant(ir.VectorType(irutil.I1, wide), mask)
                             value = irutil.masked_load(
-                                b, irutil.element_ptr(b, source, dtype, columns[0]), dtype,
-                                ir.Constant(ir.VectorType(irutil.I1, wide), mask), value)
+                                b, irutil.element_ptr(b, source, x_dtype, columns[0]), x_dtype,
+                                inside, value)
+                            if self.integer:        # (the padding is 0 after the shift)
+                                value = b.select(inside, self._converted(value), irutil.const(
+                                    irutil.vector_of(irutil.compute_type(dtype), wide), 0))
+                        else:
+                            value = irutil.const(irutil.vector_of(
+                                irutil.compute_type(dtype), wide), 0)
                         store_chunk(k, value)
                 with zero:
                     for k in range(s.row // lanes):
@@ -201,18 +272,32 @@ class _Piece:
 
     def load_weights(self, out_channel):
         """The kernel's weights of ``out_channel`` splatted over the lanes, row by row."""
-        b, s, dtype = self.b, self.s, self.dtype
-        w = self.ctx.pointer(self.step.inputs[1])
+        b, s = self.b, self.s
+        w = self.step.inputs[1]
         base = b.mul(out_channel, irutil.i64(s.kh * s.kw))
-        return [irutil.splat(b, irutil.load(b, irutil.element_ptr(
-                    b, w, dtype, b.add(base, irutil.i64(t))), dtype), s.lanes)
-                for t in range(s.kh * s.kw)]
+        weights = []
+        for t in range(s.kh * s.kw):
+            value = irutil.load(b, irutil.element_ptr(b, self.ctx.pointer(w), w.dtype,
+                                                      b.add(base, irutil.i64(t))), w.dtype)
+            if self.integer:
+                value = self._float(value, w.dtype)
+            weights.append(irutil.splat(b, value, s.lanes))
+        return weights
 
     def load_bias(self, out_channel):
+        """The bias of ``out_channel`` splatted (None if none); for a ConvInteger also sets
+        ``scale``, its dequantizing scale."""
+        if self.integer:
+            self.scale, bias = (self._channel(v, out_channel) for v in self.step.inputs[3:5])
+            return bias
         if fused_ops.conv_inputs(self.step) <= 2:
             return None
+        return self._channel(self.step.inputs[2], out_channel)
+
+    def _channel(self, tensor, out_channel):
+        """Element ``out_channel`` of ``tensor`` (of the compute type) splatted."""
         b = self.b
-        at = irutil.element_ptr(b, self.ctx.pointer(self.step.inputs[2]), self.dtype, out_channel)
+        at = irutil.element_ptr(b, self.ctx.pointer(tensor), self.dtype, out_channel)
         return irutil.splat(b, irutil.load(b, at, self.dtype), self.s.lanes)
 
     def row_group(self, row, rows):
@@ -252,7 +337,8 @@ class _Piece:
         mask = None if count is None else ir.Constant(ir.VectorType(irutil.I1, s.lanes),
                                                       [lane < count for lane in range(s.lanes)])
         for i in range(rows):
-            value = sums[i] if self.bias is None else b.fadd(sums[i], self.bias)
+            value = sums[i] if self.scale is None else b.fmul(sums[i], self.scale)
+            value = value if self.bias is None else b.fadd(value, self.bias)
             at = b.add(b.add(y_row, irutil.i64(i * s.ow)), column)
             if epilogue is not None:
                 values = [self.load(e, at, mask) if e.shape == y.shape
@@ -260,11 +346,16 @@ class _Piece:
                                             s.lanes)
                           for e in extras]
                 value = epilogue.apply(b, [value] + values)
-            target = irutil.element_ptr(b, self.ctx.pointer(y), dtype, at)
+            if self.recipe is not None:
+                value = self.recipe.apply(b, [value] + self.scalars)
+            if y.dtype != dtype:
+                value = elementwise.emit(b, "Cast", [value], [dtype], y.dtype,
+                                         {"dtype": y.dtype})
+            target = irutil.element_ptr(b, self.ctx.pointer(y), y.dtype, at)
             if count is None:
-                irutil.store(b, value, target, dtype)
+                irutil.store(b, value, target, y.dtype)
             else:
-                irutil.store_lanes(b, value, target, dtype, count)
+                irutil.store_lanes(b, value, target, y.dtype, count)
 
     def load(self, tensor, at, mask):
         """A vector of ``tensor`` (of the output's shape) at element ``at``."""
