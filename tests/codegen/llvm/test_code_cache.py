@@ -322,7 +322,7 @@ def test_swapped_targets_of_the_same_size_are_a_miss(corpus, worker):
 
     def swap(header):            # the two functions' packed weights, both 16x16 float32
         first, second = [item for item in header["symbols"] if item[1][0] == "array"]
-        assert first[2] == second[2] == 16 * 16 * 4
+        assert first[2] == second[2] >= 16 * 16 * 4        # (in whole panels of the target)
         first[1], second[1] = second[1], first[1]
 
     outcome, detail = worker("two", resigned(entries["two"][2], secret, swap), "signed")
