@@ -4,8 +4,7 @@ int32.
 
 It is :mod:`.conv_gemm`'s implicit im2col product with :mod:`.matmul_int8`'s multiply-adds:
 per image and group, Y_g[M/G, pixels] = W_g[M/G, taps x channels of the group] x X'_g, the
-weights A (packed when the model compiles, a register tile's rows k-major, so that the tile
-reads them at constant offsets of one pointer) and X'_g packed at run time, a group of panels
+weights A (packed when the model compiles) and X'_g packed at run time, a group of panels
 at a time, from the group's channels of the image. Each int32 element holds a set of
 values of k, and k runs over (kernel tap, set of channels), so the values of an element
 are channels at the same tap: where the panel's vector of a tap comes from is the same for
@@ -37,7 +36,7 @@ from llvmlite import ir
 
 from myelin.codegen.llvm import elementwise, irutil
 from myelin.codegen.llvm.kernels.base import Kernel
-from myelin.codegen.llvm.kernels.conv import ival, nested_loops
+from myelin.codegen.llvm.kernels.conv import nested_loops
 from myelin.codegen.llvm.kernels.conv_gemm import _ConvTask
 from myelin.codegen.llvm.kernels.fused import TypedRecipe
 from myelin.codegen.llvm.kernels.matmul import Plan, choices
@@ -71,17 +70,12 @@ class _Plan(Plan):
         super().__init__(ctx, g.out_channels // g.group, math.prod(g.output),
                          self.taps * self.per_tap, (g.batch, g.group), "int32", "run",
                          split_rows=False, choice=step.choice)
-        self.padded_m = -(-self.m // self.rows) * self.rows   # a group's rows in whole tiles
-
-    def a_strides(self):
-        return (1, self.rows)
 
 
 def _packed(step, plan):
     """(the weights [M, C / G, kernel...] as [M, taps, channel sets] of narrow values in
-    int32, each group's rows in tiles of the plan's rows, k-major ([groups, tiles, k, rows],
-    zero rows past the group's last); for vpdpbusd the sum of each output channel's weights,
-    else None)."""
+    int32, a group's rows one after the other; for vpdpbusd the sum of each output channel's
+    weights, else None)."""
     w = step.inputs[1]
     data = np.asarray(w.constant_data()).reshape(w.shape)
     m, channels = data.shape[:2]
@@ -90,11 +84,7 @@ def _packed(step, plan):
     padded = np.zeros((m, plan.taps, per_lane * plan.per_tap),
                       np.int16 if per_lane == 2 else np.int8)
     padded[:, :, :channels] = taps
-    rows = np.ascontiguousarray(padded).view(np.int32).reshape(m // plan.m, plan.m, plan.k)
-    tiles = np.zeros((m // plan.m, plan.padded_m, plan.k), np.int32)
-    tiles[:, :plan.m] = rows
-    packed = np.ascontiguousarray(tiles.reshape(
-        m // plan.m, plan.padded_m // plan.rows, plan.rows, plan.k).transpose(0, 1, 3, 2))
+    packed = np.ascontiguousarray(padded).view(np.int32).reshape(m, plan.k)
     if plan.found is PMADDWD:
         return packed, None
     return packed, data.reshape(m, -1).sum(axis=1, dtype=np.int64).astype(np.int32)
@@ -173,10 +163,9 @@ class _Task(_ConvTask):
                                     b.mul(batch, irutil.i64(plan.m * plan.n)))
         self.a = ctx.keep(self.weights)
         if g.group > 1:
-            group = b.urem(batch, irutil.i64(g.group))
-            self.first_channel = b.mul(group, irutil.i64(plan.m))
+            self.first_channel = b.mul(b.urem(batch, irutil.i64(g.group)), irutil.i64(plan.m))
             self.a = irutil.element_ptr(b, self.a, "int32",
-                                        b.mul(group, irutil.i64(plan.padded_m * plan.k)))
+                                        b.mul(self.first_channel, irutil.i64(plan.k)))
         self.zero = irutil.load(b, ctx.pointer(zero), x.dtype)
         self.fill = self._converted(irutil.splat(b, self.zero, plan.lanes))
         if self.sums is not None:
@@ -185,11 +174,6 @@ class _Task(_ConvTask):
             self.sums = ctx.keep(self.sums)
         self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
                         for s in self.step.inputs[5:]]
-
-    def a_row(self, i):
-        """The tile whose first row is ``i`` (a multiple of the tile's rows)."""
-        b = self.b
-        return irutil.element_ptr(b, self.a, "int32", b.mul(ival(i), irutil.i64(self.plan.k)))
 
     def store(self, value, row, column, valid):
         """Store the int32 sums, or, for a dequantizing op, their float value times the scale

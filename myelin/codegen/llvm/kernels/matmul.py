@@ -207,8 +207,7 @@ class Plan:
         return min(range(1, min(tiles, wanted) + 1), key=busiest)
 
     def a_strides(self):
-        """Element strides of A along (row i, k) within a tile (a subclass that packs A by
-        tiles, k-major, says where a tile starts in its task's ``a_row``)."""
+        """Element strides of A along (row i, k)."""
         return (1, self.m) if self.trans_a else (self.k, 1)
 
 
@@ -657,8 +656,6 @@ class _TileShape(NamedTuple):
     blocked: bool       # float sums whose k may pass one block (K_BLOCK * split): added
     #                     block by block (integer sums are exact)
     k_stride: int       # elements between A[i, k] and A[i, k + 1]
-    unit_rows: bool     # A[i + 1, k] follows A[i, k] (A packed by k): the rows' addresses are
-    #                     constant offsets of one pointer (else the row stride is an argument)
     stride: int         # elements between the panel's rows k and k + 1
     itemsize: int
     product: str        # the multiply-add (see Plan.product)
@@ -674,8 +671,8 @@ class _TileShape(NamedTuple):
         blocked = plan.k > K_BLOCK * split and plan.dtype in dtypes.FLOAT_TYPES
         paired = plan.packing == "compile" and plan.b_dtype == "bfloat16"
         return cls(plan.dtype, rows, vectors, lanes, split, blocked,
-                   plan.a_strides()[1], plan.a_strides()[0] == 1, stride, plan.itemsize,
-                   plan.product, plan.b_dtype, paired, unroll)
+                   plan.a_strides()[1], stride, plan.itemsize, plan.product, plan.b_dtype,
+                   paired, unroll)
 
 
 def _tile_function(module, shape, madd):
@@ -697,8 +694,8 @@ def _tile_function(module, shape, madd):
     b = ir.IRBuilder(function.append_basic_block("entry"))
     acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
     tile = rows * vectors
-    a_rows = [irutil.element_ptr(b, a, dtype, r if shape.unit_rows
-                                 else b.mul(row_stride, irutil.i64(r))) for r in range(rows)]
+    a_rows = [irutil.element_ptr(b, a, dtype, b.mul(row_stride, irutil.i64(r)))
+              for r in range(rows)]
 
     def step(kk, accumulators):
         b_row = irutil.element_ptr(b, source, shape.b_dtype,
