@@ -78,12 +78,14 @@ def computed(net, flow, inputs_by_func):
             yield func_name, inputs, name, got, want
 
 
-def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False, **options):
+def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=False, floor=0.0,
+                    **options):
     """Compile ``flow``, run each function with its inputs, compare outputs with the reference.
 
     ``inputs_by_func`` maps a function name to {variable: array}; ``options`` go to the
-    Compiler. Raises AssertionError with the function, output and error on a mismatch. Returns
-    the compiled network.
+    Compiler. An output's error is relative to its norm or ``floor``, whichever is larger (a
+    floor for outputs of a few elements whose terms may cancel). Raises AssertionError with
+    the function, output and error on a mismatch. Returns the compiled network.
     """
     net = myelin.Compiler(features=features, **options).compile(flow)
     for func_name, _, name, got, want in computed(net, flow, inputs_by_func):
@@ -91,7 +93,7 @@ def run_and_compare(flow, inputs_by_func, tolerance, features="host", exact=Fals
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
                                           err_msg=f"{func_name}: {name}")
             continue
-        error = relative_error(got, want)
+        error = relative_error(got, want, floor)
         assert error <= tolerance, (f"{func_name}: output {name} relative error {error:.3g} "
                                     f"> {tolerance:g} [{features}]\n got {got}\n want {want}")
     return net
