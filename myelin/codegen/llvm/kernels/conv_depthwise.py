@@ -61,6 +61,15 @@ def _exact(step):
     return 255 * int(weights.reshape(len(weights), -1).sum(axis=1).max(initial=0)) < EXACT
 
 
+def _lanes(target, dtype, width):
+    """Lanes of the vectors along an output row of ``width`` columns: the target's, or as few
+    as hold the row where it is narrower (a 7-column row in 8 lanes, not 16), at least 4."""
+    lanes = loops.lanes(target, dtype)
+    while lanes > 4 and lanes // 2 >= width:
+        lanes //= 2
+    return lanes
+
+
 class _Shape:
     """The sizes of the computation of a depthwise step for ``lanes`` lanes."""
 
@@ -111,7 +120,7 @@ class DepthwiseConvKernel(OutlinedKernel):
         if g.group != g.in_channels or g.strides[1] > MAX_STRIDE:
             return False
         dtype = _compute_type(step)
-        shape = _Shape(g, loops.lanes(target, dtype), np.dtype(dtype).itemsize)
+        shape = _Shape(g, _lanes(target, dtype, g.output[1]), np.dtype(dtype).itemsize)
         return shape.band(MAX_BUFFER_BYTES) > 0
 
     def flops(self, step):
@@ -120,7 +129,7 @@ class DepthwiseConvKernel(OutlinedKernel):
     def emit_body(self, ctx, step):
         g = _geometry(step)
         dtype = _compute_type(step)
-        s = _Shape(g, loops.lanes(ctx.target, dtype), np.dtype(dtype).itemsize)
+        s = _Shape(g, _lanes(ctx.target, dtype, g.output[1]), np.dtype(dtype).itemsize)
         band = s.band(BUFFER_BYTES) or s.band(MAX_BUFFER_BYTES)
         planes = g.batch * g.in_channels
         # Bands small enough that there are tasks for every thread.
