@@ -24,7 +24,6 @@ quantized layer reads.
 import math
 
 import llvmlite.ir as ir
-
 import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
@@ -263,12 +262,12 @@ class _Piece:
                         mask = [0 <= c < width for c in columns]
                         value = irutil.const(irutil.vector_of(storage.element, wide), 0)
                         if any(mask):
-                            inside = ir.Constant(ir.VectorType(irutil.I1, wide), mask)
+                            read = ir.Constant(ir.VectorType(irutil.I1, wide), mask)
                             value = irutil.masked_load(
                                 b, irutil.element_ptr(b, source, x_dtype, columns[0]), x_dtype,
-                                inside, value)
+                                read, value)
                             if self.integer:        # (the padding is 0 after the shift)
-                                value = b.select(inside, self._converted(value), irutil.const(
+                                value = b.select(read, self._converted(value), irutil.const(
                                     irutil.vector_of(irutil.compute_type(dtype), wide), 0))
                         else:
                             value = irutil.const(irutil.vector_of(
