@@ -200,6 +200,22 @@ def test_depthwise_between_int8_convolutions_runs_on_bytes(tmp_path, stride, siz
                                atol=1.01 * scale)       # (equal in the runs so far)
 
 
+def test_depthwise_sums_past_float32s_integers_keep_the_int32_kernel():
+    """A depthwise kernel of 23x23 taps of weights +-127: sums of up to 255 x 127 x 529 (past
+    2 ** 24) would not be exact in float32, so it runs on the int32 product."""
+    model = _qdq_conv((1, 4, 24, 24), 4, (23, 23), top=127, group=4, pads=[11] * 4)
+    weights = next(i for i in model.graph.initializer if i.name == "wq")
+    signs = np.where(RNG.random(tuple(weights.dims)) < 0.5, -127, 127).astype(np.int8)
+    weights.CopyFrom(numpy_helper.from_array(signs, "wq"))
+    x = _image((1, 4, 24, 24))
+    compiled = myelin.onnx.load(model)
+    (y,) = compiled.run({"x": x})
+    (step,) = [s for s in compiled.network().cell("main").steps if s.type == "ConvInteger"]
+    assert step.kernel.name == "ConvInteger"
+    spec = _ort(model, {"x": x}, optimize=False)
+    assert np.abs(y - spec).max() <= 0.0501 and np.mean(y != spec) < 0.01
+
+
 def test_a_quantized_output_is_written_by_the_convolution():
     """A model whose output is the QuantizeLinear's bytes: the ConvInteger step writes them."""
     model = _qdq_conv((1, 6, 9, 9), 10, (3, 3), pads=[1, 1, 1, 1])

@@ -30,10 +30,10 @@ from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, ival, supported_floats
+from myelin.codegen.llvm.kernels.conv_int8 import requantization
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 from myelin.ops import quantized as quantized_ops
-from myelin.ops.fused import ValueType
 
 ROWS = 4                 # output rows computed together
 TAPS_PER_GROUP = 128     # fewer rows per group for large kernels (the group is unrolled)
@@ -167,14 +167,13 @@ class _Piece:
         self.first = b.mul(self.index, irutil.i64(band))           # first output row
         self.vector = irutil.vector_of(irutil.compute_type(self.dtype), shape.lanes)
         self.zero = irutil.const(self.vector, 0)
-        self.x_zero = self.scale = self.recipe = None
+        self.x_zero = self.recipe = None
         self.scalars = []           # a ConvInteger's recipe's one-element inputs, splatted
         if self.integer:
             x_zero = irutil.load(b, ctx.pointer(step.inputs[2]), self.x_dtype)
             self.x_zero = self._float(x_zero, self.x_dtype)
-            if step.attrs.get_str("expr"):
-                dequantized = ValueType("%0", self.dtype, step.outputs[0].shape)
-                self.recipe = fused.TypedRecipe(step, [dequantized] + step.inputs[5:])
+            self.recipe = requantization(step)
+            if self.recipe is not None:
                 self.scalars = [irutil.splat(b, irutil.load(b, ctx.pointer(v), v.dtype),
                                              shape.lanes) for v in step.inputs[5:]]
 
@@ -205,7 +204,7 @@ class _Piece:
         with irutil.for_range(b, 0, multiplier, name="j") as j:
             out_channel = b.add(b.mul(channel, irutil.i64(multiplier)), j)
             self.weights = self.load_weights(out_channel)
-            self.bias = self.load_bias(out_channel)
+            self.scale, self.bias = self.load_scale_and_bias(out_channel)
             out_plane = b.add(b.mul(self.plane, irutil.i64(multiplier)), j)
             self.y_base = b.mul(out_plane, irutil.i64(s.oh * s.ow))
             groups = b.udiv(rows, irutil.i64(s.rows))
@@ -292,15 +291,14 @@ class _Piece:
             weights.append(irutil.splat(b, value, s.lanes))
         return weights
 
-    def load_bias(self, out_channel):
-        """The bias of ``out_channel`` splatted (None if none); for a ConvInteger also sets
-        ``scale``, its dequantizing scale."""
+    def load_scale_and_bias(self, out_channel):
+        """(the dequantizing scale of a ConvInteger's ``out_channel``, else None; its bias,
+        None if none), splatted."""
         if self.integer:
-            self.scale, bias = (self._channel(v, out_channel) for v in self.step.inputs[3:5])
-            return bias
+            return tuple(self._channel(v, out_channel) for v in self.step.inputs[3:5])
         if fused_ops.conv_inputs(self.step) <= 2:
-            return None
-        return self._channel(self.step.inputs[2], out_channel)
+            return None, None
+        return None, self._channel(self.step.inputs[2], out_channel)
 
     def _channel(self, tensor, out_channel):
         """Element ``out_channel`` of ``tensor`` (of the compute type) splatted."""

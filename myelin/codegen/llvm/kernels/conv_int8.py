@@ -30,6 +30,7 @@ but the convolution reads or writes memory.
 """
 
 import math
+import weakref
 
 import numpy as np
 from llvmlite import ir
@@ -44,12 +45,26 @@ from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD, VPDPBUSD, Product, 
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import ValueType
 from myelin.ops.quantized import conv_part
+from myelin.plan import recipe as plan_recipes
 
 I16 = ir.IntType(16)
 I32 = irutil.I32
+_RECIPES = weakref.WeakKeyDictionary()      # ConvInteger step: TypedRecipe or None
 # vpdpbusd with the image's vector (unsigned bytes) first and the weight (signed) second.
 VPDPBUSD_IMAGE = Product("vpdpbusd.image", VPDPBUSD.per_lane, "uint8", "int8",
                          lambda b, weight, image, acc: VPDPBUSD.madd(b, image, weight, acc))
+
+
+def requantization(step):
+    """The typed recipe a dequantizing ConvInteger ``step`` applies to its dequantized sums
+    (``%0``, of the scale's type and the output's shape) and its one-element inputs, or None
+    (also used by the depthwise kernel)."""
+    def make(step):
+        if not step.attrs.get_str("expr"):
+            return None
+        dequantized = ValueType("%0", step.inputs[3].dtype, step.outputs[0].shape)
+        return TypedRecipe(step, [dequantized] + step.inputs[5:])
+    return plan_recipes.once(_RECIPES, step, make)
 
 
 def _product(step, target):
@@ -122,10 +137,7 @@ class ConvInt8Kernel(Kernel):
         g = _geometry(step)
         plan = _Plan(ctx, step, g)
         weights, sums = _packed(step, plan)
-        recipe = None
-        if step.attrs.get_str("expr"):
-            dequantized = ValueType("%0", step.inputs[3].dtype, step.outputs[0].shape)
-            recipe = TypedRecipe(step, [dequantized] + step.inputs[5:])
+        recipe = requantization(step)
         ctx.parallel(f"ConvInteger.{step.name}", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _Task(sub, step, plan, g, weights, sums, recipe,
                                               index).emit(),
