@@ -15,6 +15,15 @@ TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 PARALLEL_FOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
 
+@pytest.fixture(autouse=True)
+def every_call_judged():
+    """The pool judges every shared call (not a sample), for the tests to see each verdict."""
+    mask = threads.pool(2)._field(threads.JUDGE_MASK, ctypes.c_int64)
+    mask.value = 0
+    yield
+    mask.value = threads.SAMPLED_JUDGE_MASK
+
+
 @pytest.fixture
 def pool():
     pool = threads.pool(2)
@@ -182,3 +191,24 @@ def test_a_loss_is_a_debt_that_sends_callers_alone_only_once_too_high(pool):
     assert alone == 0 and 0 < owed <= limit_us // 2, (alone, owed)
     alone, owed = outcome(limit_us - 300)
     assert alone > 0 and owed == 0, (alone, owed)
+
+
+def test_only_the_judged_calls_count(pool):
+    """Reading the caller's processor time is a system call, so the pool judges a sample of
+    the calls (by default, 1 in 8): a call it does not judge adds nothing to the debt,
+    however late its worker."""
+    caller = threading.get_ident()
+    mask = pool._field(threads.JUDGE_MASK, ctypes.c_int64)
+    debt = pool._field(threads.DEBT_US, ctypes.c_int32)
+    alone_left = pool._field(threads.ALONE_LEFT, ctypes.c_int64)
+    mask.value = -1                                     # (no start is a multiple of 2^64 us)
+    for _ in range(5):
+        run(pool, 16, lambda index: time.sleep(0.002))        # wake the workers
+        alone_left.value = debt.value = 0
+        ran_on = run(pool, 16, lambda index: time.sleep(
+            0.0001 if threading.get_ident() == caller else 0.01))
+        if set(ran_on) != {caller}:
+            break
+    else:
+        pytest.skip("no worker took a task while awake")
+    assert (alone_left.value, debt.value) == (0, 0)
