@@ -64,9 +64,11 @@ def tile_rows(target, m, vectors=VECTORS):
     return max(1, min(m, (target.vector_registers - vectors - 1) // vectors))
 
 
-def _tiling(target, m, choice):
-    """(vectors, rows) of the register tile for ``m`` rows: ``choice``'s, else the default."""
-    vectors = choice.get("vectors", VECTORS)
+def _tiling(target, m, n, lanes, choice):
+    """(vectors, rows) of the register tile for ``m`` rows and ``n`` columns of ``lanes`` a
+    vector: ``choice``'s, else the default (no wider than the columns: the panels of a
+    narrow B are not read padded to the default width)."""
+    vectors = choice.get("vectors", min(VECTORS, _ceil(n, lanes)))
     return vectors, min(m, choice.get("rows") or tile_rows(target, m, vectors))
 
 
@@ -138,7 +140,7 @@ class Plan:
         self.batches = math.prod(self.batch)
         self.itemsize = dtypes.itemsize(dtype)
         self.lanes = loops.lanes(ctx.target, dtype)
-        self.vectors, self.rows = _tiling(ctx.target, m, choice)
+        self.vectors, self.rows = _tiling(ctx.target, m, n, self.lanes, choice)
         self.width = self.lanes * self.vectors                      # columns per panel
         self.panels = _ceil(n, self.width)
         self.full_panels = n // self.width
@@ -158,8 +160,9 @@ class Plan:
         trans_b = step.attrs.get_bool("transpose_b", False)
         (m, batch), n = _rows_and_batch(step), c.shape[-1]
         k = a.shape[-2] if trans_a else a.shape[-1]
-        vectors, rows = _tiling(ctx.target, m, step.choice)
-        panel_bytes = k * vectors * loops.lanes(ctx.target, c.dtype) * c.itemsize
+        lanes = loops.lanes(ctx.target, c.dtype)
+        vectors, rows = _tiling(ctx.target, m, n, lanes, step.choice)
+        panel_bytes = k * vectors * lanes * c.itemsize
         b_dtype = None
         if b.constant_data() is not None:
             packing = "compile"
