@@ -47,9 +47,11 @@ def test_float_reductions(op_type, dtype, keepdims, features):
     rng = np.random.default_rng()
     flow = _flow(op_type, dtype, keepdims)
     # Products stay near 1; sums of positive values are well conditioned, so a relative
-    # tolerance is meaningful (mixed signs can cancel to nearly zero).
+    # tolerance is meaningful (mixed signs can cancel to nearly zero). Their rounding errors
+    # walk: a float32 product of 762 terms is off by about 1e-6 (rms), so 3e-6 failed about
+    # one run in a few hundred.
     low, high = {"Product": (0.9, 1.1), "Sum": (0.5, 3), "Mean": (0.5, 3)}.get(op_type, (-3, 3))
-    tolerance = TOLERANCE[dtype] * (4 if op_type in ("Sum", "Mean") else 1)
+    tolerance = TOLERANCE[dtype] * (4 if op_type in ("Sum", "Mean", "Product") else 1)
     run_and_compare(flow, _inputs(flow, dtype, low, high, rng), tolerance, features)
 
 
