@@ -12,6 +12,8 @@ thread: "1t"), PyTorch eager (its default threads) and NumPy where it applies, i
 5. a ResNet-18 at batch 1, 224x224, 1000 classes;
 6. a 4-layer transformer encoder, d=256, 4 heads, feed-forward 1024, sequence 128, batch 1
    (``encoder(256, 4, 4, ff=1024)``: without ``ff``, its feed-forward width is 2 * d = 512);
+   6b. a BERT-base-sized one, 12 layers of d=768, 12 heads, feed-forward 3072, each layer
+   with weights of its own (issue 25's goal);
 7. a float32 matmul 1024x1024x1024 of two inputs, also in GFLOP/s.
 
 Workloads 2-7 are PyTorch modules with random weights, exported to ONNX and imported by myelin
@@ -147,6 +149,20 @@ def transformer():
     return imported(encoder(256, 4, 4, ff=1024), {"x": x})
 
 
+def bert_base():
+    """A BERT-base-sized encoder: 12 layers of d=768, 12 heads, feed-forward 3072, sequence
+    128, each layer with weights of its own (PyTorch's encoder clones one layer: its export
+    would keep 28 MB of weights once, where a trained model has 340 MB)."""
+    torch.manual_seed(0)
+    module = encoder(768, 12, 12, ff=3072)
+    for sub in module.modules():
+        reset = getattr(sub, "reset_parameters", None) or getattr(sub, "_reset_parameters", None)
+        if reset is not None and sub is not module:
+            reset()
+    x = np.random.default_rng(0).standard_normal((1, 128, 768), dtype=np.float32)
+    return imported(module, {"x": x})
+
+
 def matmul():
     a, b = np.random.default_rng(0).standard_normal((2, 1024, 1024), dtype=np.float32)
     return {**imported(MatMul(), {"a": a, "b": b}), "numpy": lambda: a @ b}
@@ -172,6 +188,7 @@ WORKLOADS = [
     Workload("LSTM cell step, hidden 256, batch 1", lstm, 0.3),
     Workload("ResNet-18, batch 1, 224x224", resnet, 1.0),
     Workload("encoder 4 x d256, ff 1024, seq 128", transformer, 0.9),
+    Workload("BERT-base-sized encoder 12 x d768, ff 3072, seq 128", bert_base, 0.85),
     Workload("matmul 1024x1024x1024 float32", matmul, 0.95, flops=2 * 1024 ** 3),
 ]
 
