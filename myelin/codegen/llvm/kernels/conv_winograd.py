@@ -12,11 +12,11 @@ Tasks take chunks of tiles of an image (and groups of bands of output blocks, wh
 fewer chunks than threads). A chunk transforms its tiles' patches of all input
 blocks into a buffer on the task's stack (``V``: position, input block, tile, channel), then,
 for each band of output blocks and position, runs register tiles of the blocked direct
-kernel's shape (``conv_blocked.TILES``: a few output blocks by a few tiles; each input channel
-of a tile broadcast over the lanes times the vector of its weights) over the chunk's tiles,
-keeping the chunk's products (``M``) on the stack, and transforms them back into Y. The
-weights of one band at one position stay in the first-level cache while the chunk's tiles go
-by; the input is read once, where the direct kernel reads each pixel nine times.
+kernel's kind (``conv_blocked.WINOGRAD_TILES``: a few output blocks by a few tiles; each
+input channel of a tile broadcast over the lanes times the vector of its weights) over the
+chunk's tiles, keeping the chunk's products (``M``) on the stack, and transforms them back
+into Y. The weights of one band at one position stay in the first-level cache while the
+chunk's tiles go by; the input is read once, where the direct kernel reads each pixel nine times.
 """
 
 from myelin.codegen.llvm import irutil
@@ -40,7 +40,8 @@ STACK_LIMIT = 1 << 22
 
 class WinogradTiles(BlockedStep):
     """A blocked 3x3 convolution of stride 1 with weights in Winograd's form, writing through
-    ``output`` (a :class:`~.conv_blocked._Output`); ``tiles`` is ``conv_blocked.TILES``."""
+    ``output`` (a :class:`~.conv_blocked._Output`); ``tiles`` is
+    ``conv_blocked.WINOGRAD_TILES``."""
 
     def __init__(self, ctx, step, conv, work, output, tiles):
         super().__init__(ctx, step, conv, work)
