@@ -38,14 +38,14 @@ running it alone: what it cost is its time less the caller's processor time per 
 own tasks, on the thread's CPU clock, so that time it was off its core counts as lost) times
 the tasks, negative where the workers helped. That clock is a system call (0.7 us on the
 2-core VM, twice per call: a tenth of the MLP at batch 1's time), so only a sample of the
-calls is judged: those whose start, in microseconds, has none of the record's
-``judge_mask`` bits set (``SAMPLED_JUDGE_MASK``: 1 call in 8; the tests set 0 to judge every
-call), each judged call's cost counting for that many. The costs add up to a debt that the gains pay
-off; one call's cost counts up to half of ``DEBT_LIMIT_NS`` (a virtual machine's host takes
-its cores away for a millisecond now and then: on the 2-core VM of the benchmarks, otherwise
-idle, such single calls sent MobileNetV2 alone 6 times in 500 computes before this cap; one
-such call is not a load). When the debt
-reaches ``DEBT_LIMIT_NS`` the cores are busy with other work, and calls run alone (as with
+calls is judged: those whose start (in units of 1024 ns) has none of the record's
+``judge_mask`` bits set (``SAMPLED_JUDGE_MASK``, 7: 1 call in 8; the tests set 0 to judge
+every call), each judged call's cost counting for ``judge_mask + 1`` calls. The costs add up
+to a debt that the gains pay off; one call's cost counts up to half of ``DEBT_LIMIT_NS`` (a
+virtual machine's host takes its cores away for a millisecond now and then: on the 2-core VM
+of the benchmarks, otherwise idle, such single calls sent MobileNetV2 alone 6 times in 500
+computes before this cap; one such call is not a load). When the debt reaches
+``DEBT_LIMIT_NS`` the cores are busy with other work, and calls run alone (as with
 ``threads=1``) for ``backoff`` nanoseconds of their own time (a program that computes in
 bursts, with pauses between, stays alone across the pauses, where a clock's deadline would
 pass in each and every burst would pay to be judged again), multiplied by

@@ -7,9 +7,8 @@ row k are loaded once and multiplied by A[i, k] splatted over the lanes for ever
 tile, so each load feeds ``rows`` fused multiply-adds; the accumulators stay in registers
 for a block of k (each summing ``K_BLOCK`` products), whose sums are added to the tile's
 running sums (so rounding errors grow with the block, not with k), and the epilogue runs on
-the totals. Tiles with few
-rows (a vector times a matrix) split k over several accumulator sets so the multiply-adds do
-not wait on each other.
+the totals. Tiles with few rows (a vector times a matrix) split k over several accumulator
+sets so the multiply-adds do not wait on each other.
 
 B is read in panels of ``vectors x lanes`` columns, stored k-major (a panel's row k is one
 contiguous run), so the tile's loads are sequential and the panel stays in cache while every
