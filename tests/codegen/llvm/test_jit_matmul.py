@@ -233,3 +233,20 @@ def test_narrow_float_products(dtype, features):
         want = value.astype(np.float64) @ (wide.T if transpose_b else wide)
         error = np.abs(got.astype(np.float64) - want) / np.maximum(np.abs(want), 1)
         assert error.max() <= unit, (m, k, n, transpose_b, constant)
+
+
+@pytest.mark.parametrize("features", ["host", "sse"])
+def test_narrow_constant_b_is_packed_one_vector_wide(features):
+    """A B of fewer columns than a vector has lanes is packed in panels of one vector, not
+    of the default tile's two: its product reads half the bytes."""
+    from myelin.codegen.llvm import loops
+
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", myelin.DT_FLOAT, [1, 64])
+    f.matmul(x, f.array("W", random_array(rng, "float32", (64, 3), -1, 1)), name="y")
+    net = run_and_compare(flow, {"f": {x: random_array(rng, "float32", (1, 64), -1, 1)}}, 3e-5,
+                          features)
+    lanes = loops.lanes(net.target, "float32")
+    assert [array.size for array in net._packed] == [64 * lanes]
