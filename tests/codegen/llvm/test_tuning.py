@@ -251,3 +251,17 @@ def test_a_product_folding_its_batch_into_rows_is_tuned_for_those_rows(tmp_path,
     options = step.kernel.choices(step, net.target)
     assert options[0]["rows"] == matmul.tile_rows(net.target, 96) > 1
     assert all(option["rows"] > 1 for option in options) and step.choice == options[-1]
+
+
+def test_the_first_option_of_a_narrow_product_is_its_default_tiling():
+    """B of fewer columns than a vector's lanes: the default tile is one vector wide, and
+    the tuner's first option (the one it keeps unless another is faster) is that tile."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    f.matmul(f.var("x", "float32", [96, 128]),
+             f.array("w", random_array(np.random.default_rng(), "float32", (128, 3))))
+    net = myelin.Compiler().compile(flow)
+    (step,) = net.cell("f").steps
+    options = step.kernel.choices(step, net.target)
+    assert options[0] == {"vectors": 1, "rows": matmul.tile_rows(net.target, 96, 1)}
+    assert len(options) == len({tuple(sorted(option.items())) for option in options})

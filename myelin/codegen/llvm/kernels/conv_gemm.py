@@ -76,7 +76,8 @@ class ConvGemmKernel(Kernel):
 
     def choices(self, step, target):
         g = conv_ops.geometry(fused_ops.conv_part(step))
-        return choices(target, g.out_channels // g.group)
+        return choices(target, g.out_channels // g.group, math.prod(g.output),
+                       step.outputs[0].dtype)
 
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])

@@ -128,7 +128,7 @@ class ConvInt8Kernel(Kernel):
 
     def choices(self, step, target):
         g = _geometry(step)
-        return choices(target, g.out_channels // g.group)
+        return choices(target, g.out_channels // g.group, math.prod(g.output), "int32")
 
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])

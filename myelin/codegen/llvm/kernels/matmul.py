@@ -77,17 +77,19 @@ def _tiling(target, m, n, lanes, choice):
     return vectors, min(m, choice.get("rows") or tile_rows(target, m, vectors))
 
 
-def choices(target, m):
-    """The tilings worth timing for a product with ``m`` rows (see :class:`Plan`): the
-    default first, then tiles of other widths and heights and other panel group sizes."""
-    default = {"vectors": VECTORS, "rows": tile_rows(target, m)}
+def choices(target, m, n, dtype):
+    """The tilings worth timing for a product with ``m`` rows and ``n`` columns of ``dtype``
+    (the type of C's panels: int32 for the int8 products; see :class:`Plan`): the default
+    first, then tiles of other widths and heights and other panel group sizes."""
+    vectors, rows = _tiling(target, m, n, loops.lanes(target, dtype), {})
+    default = {"vectors": vectors, "rows": rows}
     options = [default]
     for vectors in range(1, 5 if target.vector_registers >= 32 else 4):
         option = {"vectors": vectors, "rows": tile_rows(target, m, vectors)}
         if option != default:
             options.append(option)
     if default["rows"] > 2:
-        options.append({"vectors": VECTORS, "rows": default["rows"] - 2})
+        options.append(dict(default, rows=default["rows"] - 2))
     options += [dict(default, group_bytes=PANEL_GROUP_BYTES // 2),
                 dict(default, group_bytes=PANEL_GROUP_BYTES * 2)]
     return options
@@ -250,7 +252,8 @@ class MatMulKernel(Kernel):
                 and t.shape == c.shape and t.itemsize == c.itemsize]
 
     def choices(self, step, target):
-        return choices(target, _rows_and_batch(step)[0])
+        c = step.outputs[0]
+        return choices(target, _rows_and_batch(step)[0], c.shape[-1], c.dtype)
 
     def flops(self, step):
         a, c = step.inputs[0], step.outputs[0]

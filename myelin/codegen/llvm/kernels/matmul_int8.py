@@ -137,7 +137,8 @@ class MatMulInt8Kernel(Kernel):
         return f"{target.isa()}{product(target, step.inputs[1].dtype).name}"
 
     def choices(self, step, target):
-        return choices(target, math.prod(step.inputs[0].shape[:-1]))
+        return choices(target, math.prod(step.inputs[0].shape[:-1]),
+                       step.outputs[0].shape[-1], "int32")
 
     def flops(self, step):
         return 2 * step.inputs[0].shape[-1] * step.outputs[0].elements
