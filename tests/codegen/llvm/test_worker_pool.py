@@ -201,7 +201,9 @@ def test_only_the_judged_calls_count(pool):
     mask = pool._field(threads.JUDGE_MASK, ctypes.c_int64)
     debt = pool._field(threads.DEBT_US, ctypes.c_int32)
     alone_left = pool._field(threads.ALONE_LEFT, ctypes.c_int64)
-    mask.value = -1                                     # (no start is a multiple of 2^64 us)
+    # No start is a multiple of 2^30 units (18 minutes) in practice; judged, the late call
+    # would count 2^30 times (capped at half the limit).
+    mask.value = (1 << 30) - 1
     for _ in range(5):
         run(pool, 16, lambda index: time.sleep(0.002))        # wake the workers
         alone_left.value = debt.value = 0
