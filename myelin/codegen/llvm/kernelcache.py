@@ -83,19 +83,24 @@ class KernelCache:
                          {"kernel": symbol})
 
     def find(self, signature):
-        """The :class:`Found` kernel of ``signature``, or None (none kept, a helper it calls
-        gone, or an external symbol it uses that this compile does not bind)."""
+        """The :class:`Found` kernel of ``signature``, or None (none kept, a helper it calls,
+        or one they call, gone, or an external symbol it uses that this compile does not bind)."""
         fields = self.signature_fields(signature)
         entry = fields and self.cache.load(fields)
         symbol = entry and entry.description.get("kernel")
         if not symbol or not isinstance(entry.description.get("helpers"), list):
             return None
         objects = {symbol: entry.object}
-        for helper in entry.description["helpers"]:
+        wanted = list(entry.description["helpers"])
+        while wanted:           # (and the helpers those call)
+            helper = wanted.pop()
+            if helper in objects:
+                continue
             found = self.load(helper)
             if found is None or found.symbols:
                 return None
             objects[helper] = found.object
+            wanted += _helpers(found.object)
         try:
             addresses = externals.rebind(entry.symbols, {}, [], {}, self.threads)
         except KeyError:
@@ -109,10 +114,15 @@ class KernelCache:
         fields = self.signature_fields(signature)
         if fields is None:
             return
-        helpers = sorted(name for name in elf.undefined_symbols(object_bytes)
-                         if name.startswith(kernelfunc.PREFIX))
+        helpers = _helpers(object_bytes)
         self.cache.store(fields, object_bytes, [], symbols,
                          {"kernel": symbol, "fails": bool(fails), "helpers": helpers})
+
+
+def _helpers(object_bytes):
+    """The helper functions that the machine code ``object_bytes`` calls, by symbol."""
+    return sorted(name for name in elf.undefined_symbols(object_bytes)
+                  if name.startswith(kernelfunc.PREFIX))
 
 
 def _canonical(value):

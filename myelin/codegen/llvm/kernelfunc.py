@@ -59,9 +59,9 @@ def roots(step):
 class Helpers:
     """The helper functions of kernel functions (:meth:`EmitContext.function
     <myelin.codegen.llvm.kernels.EmitContext.function>`: a matrix product's tile, an outlined
-    convolution), each built once for all kernels, in a module of its own named by its IR as a
-    kernel's is (``add(symbol, text)`` is called with each), and declared in the module of
-    each kernel that calls it."""
+    convolution and the tiles it calls), each built once for all kernels, in a module of its
+    own named by its IR as a kernel's is (``add(symbol, text)`` is called with each), and
+    declared in the module of each kernel or helper that calls it."""
 
     def __init__(self, target, add):
         self.target = target
@@ -74,6 +74,7 @@ class Helpers:
         if made is None:
             own = ir.Module(name="helper")
             irutil.set_target(own, self.target)
+            own.myelin_helpers = self       # (the helpers it calls are shared too)
             function = build(own)
             function.linkage = ""
             symbol, text = _named(own, function.name)

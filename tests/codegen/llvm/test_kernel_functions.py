@@ -130,6 +130,93 @@ def test_convolutions_of_one_signature_share_code_with_weights_of_their_own(
     assert relative_error(np.asarray(data["f/y"])[0], want) < 1e-5
 
 
+def _conv_reference(x, w, b, stride, pad):
+    """relu(conv(x, w) + b) in float64, for one image (C, H, W)."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad)))
+    k = w.shape[2]
+    rows = (x.shape[1] - k) // stride + 1
+    columns = (x.shape[2] - k) // stride + 1
+    y = np.zeros((w.shape[0], rows, columns))
+    for i in range(k):
+        for j in range(k):
+            patch = x[:, i:i + stride * rows:stride, j:j + stride * columns:stride]
+            y += np.einsum("oc,chw->ohw", w[:, :, i, j], patch)
+    return np.maximum(y + b[:, None, None], 0)
+
+
+def _conv_chain(layers, size, rng):
+    """A flow of convolutions with biases and ReLUs: ``layers`` of (input channels, output
+    channels, kernel, stride, pad) on an image of ``size`` x ``size``; with its parameters
+    and a function computing the reference for an input."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    h = f.var("x", myelin.DT_FLOAT, [1, layers[0][0], size, size])
+    params = []
+    for i, (cin, cout, k, stride, pad) in enumerate(layers):
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        params.append((w, b, stride, pad))
+        h = f.relu(f.op("Conv", [h, f.array(f"W{i}", w), f.array(f"B{i}", b)], None,
+                        {"strides": [stride] * 2, "pads": [pad] * 4}))
+    f.rename(h, "y")
+
+    def reference(value):
+        want = value[0]
+        for w, b, stride, pad in params:
+            want = _conv_reference(want, w, b, stride, pad)
+        return want
+
+    return flow, reference
+
+
+def _check_conv_chain(network, layers, size, reference, rng):
+    convs = [step for step in network.cell("f").steps if step.type in ("Conv", "FusedConv")]
+    assert [step.kernel.name for step in convs] == ["BlockedConv"] * len(layers)
+    value = rng.standard_normal((1, layers[0][0], size, size)).astype(np.float32)
+    data = network.cell("f").instance()
+    data["f/x"] = value
+    data.compute()
+    assert relative_error(np.asarray(data["f/y"])[0], reference(value)) < 1e-5
+
+
+# 1x1 layers of other planes and strides, whose biases of 16 values a kernel would compile
+# into its code; Winograd layers of other input channels.
+BLOCKED_CHAINS = [([(16, 16, 1, 1, 0), (16, 16, 1, 2, 0)], 12, "_tile_function"),
+                  ([(16, 32, 3, 1, 1), (32, 32, 3, 1, 1)], 14, "_products_function")]
+
+
+@pytest.mark.parametrize("layers, size, helper", BLOCKED_CHAINS)
+def test_blocked_layers_of_other_sizes_share_their_tile_functions(layers, size, helper,
+                                                                  monkeypatch):
+    """One register tile function for both layers (a shared tile reads each layer's own
+    bias, not the first's compiled into it)."""
+    from myelin.codegen.llvm.kernels import conv_blocked, conv_winograd
+    module = conv_blocked if helper == "_tile_function" else conv_winograd
+    built = []
+    build = getattr(module, helper)
+    monkeypatch.setattr(module, helper, lambda *args: built.append(args) or build(*args))
+    rng = np.random.default_rng(6)
+    flow, reference = _conv_chain(layers, size, rng)
+    network = myelin.Compiler(cache=False, threads=1).compile(flow)
+    assert len(built) == 1
+    _check_conv_chain(network, layers, size, reference, rng)
+
+
+@pytest.mark.parametrize("layers, size", [([(32, 32, 1, 1, 0), (32, 32, 1, 2, 0)], 12),
+                                          BLOCKED_CHAINS[1][:2]])
+def test_kernels_and_the_helpers_their_helpers_call_come_from_the_cache(
+        tmp_path, layers, size, compiled):
+    """A blocked convolution's kernel calls its outlined body, which calls the shared tile
+    functions: a network of the same layers (other weights; biases too large to be compiled
+    into the code) takes all three from the cache."""
+    rng = np.random.default_rng(7)
+    myelin.Compiler(cache=tmp_path, threads=1).compile(_conv_chain(layers, size, rng)[0])
+    flow, reference = _conv_chain(layers, size, rng)         # other weights
+    network = myelin.Compiler(cache=tmp_path, threads=1).compile(flow)
+    assert compiled[1] == 1                     # its cell alone
+    _check_conv_chain(network, layers, size, reference, rng)
+
+
 def test_kernels_come_from_the_cache_for_another_network(tmp_path, weights, compiled):
     x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
     myelin.Compiler(cache=tmp_path, threads=1).compile(chain_flow(weights))

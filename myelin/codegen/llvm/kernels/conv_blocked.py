@@ -17,7 +17,11 @@ streams fewer bytes (:meth:`_PlaneTiles._chunks_outer`). Where a band's weights 
 (3x3 layers of 256 channels and more), a task sums them a slice of input blocks at a time over
 a pass of its units, keeping the partial sums in Y, so that each slice is read from the
 first-level cache by every tile of the pass (as ONNX Runtime's kernels sum one input block at
-a time), and fetches the next slice while it runs.
+a time), and fetches the next slice while it runs. A register tile is a function of its own
+(:func:`_tile_function`) that takes the layer's sizes, strides and the tile's pixels as
+arguments: the layers of a network whose tiles have one shape and one epilogue call one
+function, which LLVM compiles once (ResNet-50's 6.6 MB of kernel IR became 2.6 MB, its LLVM time a
+third).
 
 A depthwise convolution runs row by row (:class:`~.blocked.RowWalker`): a tile is a run of
 pixels of one block, each tap one vector load of the input and one fused multiply-add per
@@ -26,10 +30,13 @@ vector as it is stored.
 """
 
 import math
+from typing import NamedTuple
+
+import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, mathlib
 from myelin.codegen.llvm.kernels import fused
-from myelin.codegen.llvm.kernels.base import task_range
+from myelin.codegen.llvm.kernels.base import ArgumentContext, task_range
 from myelin.codegen.llvm.kernels.blocked import BlockedStep, RowWalker, channel_products, filled
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, add, ival, mul, sub
 from myelin.codegen.llvm.kernels.conv_winograd import WinogradTiles
@@ -205,6 +212,7 @@ class _PlaneTiles(BlockedStep):
         self.slices = -(-self.group_in // self.slice_blocks)
         unit_bytes = CHUNK_TILES * self.pixels * self.blocks * self.size * 4
         self.pass_units = max(1, PASS // unit_bytes)
+        self.tensors_key = _tensors_key(ctx, step, output)
 
     def emit(self):
         ctx, g = self.ctx, self.g
@@ -341,108 +349,229 @@ class _PlaneTiles(BlockedStep):
         """Outputs of ``blocks`` blocks from ``first_block`` at the ``width`` pixels of
         ``region`` (a :class:`_Region`, its numbers maybe i64 values) from its pixel
         ``first`` (an i64 or int), summed over the input blocks of ``part`` (a
-        :class:`_Slice`: with the partial sums in Y unless it is the first). ``unrolled``
-        unrolls the loop over a block's channels: 6-17% faster than a loop of 8 (one layer
-        of 1x1 or 3x3 on one Zen 3 core; a loop unrolled by 2 is not, by 4 twice as slow),
-        for eight times the code."""
-        b, size = ctx.builder, self.size
+        :class:`_Slice`: with the partial sums in Y unless it is the first), by a call of
+        the tile function of their shape (:func:`_tile_function`), which the layers of a
+        network share: the sizes of the layer and the places of its pixels are its
+        arguments. ``unrolled`` unrolls the loop over a block's channels: 6-17% faster than a
+        loop of 8 (one layer of 1x1 or 3x3 on one Zen 3 core; a loop unrolled by 2 is not,
+        by 4 twice as slow), for eight times the code."""
+        b, size, in_size = ctx.builder, self.size, self.in_size
         (sh, sw), (ph, pw) = self.strides, self.pads
-        kh_lo, kh_hi, kw_lo, kw_hi = region.kh_lo, region.kh_hi, region.kw_lo, region.kw_hi
-        dh, dw = self.dilations
-        # Each pixel's output offset in a block's plane, and its first tap's input row and
-        # column (the window's first, inside the image).
-        places, origins = [], []
+        (dh, dw), (kh_count, kw_count) = self.dilations, self.kernel
+        # Each pixel's input offset in a block's plane at its window's first tap inside the
+        # image, and its output offset in a block's plane.
+        pixels_in, pixels_out = [], []
         for p in range(width):
             row, column = region.place(b, add(b, first, p))
-            places.append(add(b, mul(b, row, self.out_width), column))
-            origins.append((add(b, mul(b, row, sh), add(b, mul(b, kh_lo, dh), -ph)),
-                            add(b, mul(b, column, sw), add(b, mul(b, kw_lo, dw), -pw))))
-        kh_count, kw_count = self.kernel
-        vector = irutil.vector_of(irutil.compute_type("float32"), size)
-        x, w = ctx.pointer(self.step.inputs[0]), ctx.pointer(self.step.inputs[1])
-        # Offsets in elements: an input block plane, an output block's weights, a weight tap.
-        in_size = self.in_size
-        plane_in = self.height * self.width * in_size
+            pixels_out.append(mul(b, add(b, mul(b, row, self.out_width), column), size))
+            in_row = add(b, mul(b, row, sh), add(b, mul(b, region.kh_lo, dh), -ph))
+            in_column = add(b, mul(b, column, sw), add(b, mul(b, region.kw_lo, dw), -pw))
+            pixels_in.append(add(b, mul(b, in_row, self.width * in_size),
+                                 mul(b, in_column, in_size)))
         tap = in_size * size
         weight_block = self.group_in * self.block_weights
         first_in = (mul(b, b.udiv(ival(first_block), irutil.i64(self.group_out)), self.group_in)
                     if self.group_in < self.in_blocks else 0)
+        plane_in, plane_out = self.height * self.width * in_size, self.plane * size
+        kh_taps, kw_taps = sub(b, region.kh_hi, region.kh_lo), sub(b, region.kw_hi, region.kw_lo)
+        numbers = _TileNumbers(
+            x_first=mul(b, add(b, mul(b, image, self.in_blocks), first_in), plane_in),
+            x_block=plane_in, x_row=dh * self.width * in_size, x_tap=dw * in_size,
+            w_first=add(b, mul(b, first_block, weight_block),
+                        add(b, mul(b, region.kh_lo, kw_count * tap), mul(b, region.kw_lo, tap))),
+            w_block=self.block_weights, w_row=kw_count * tap, w_tap=tap,
+            w_out_block=weight_block,
+            y_first=mul(b, add(b, mul(b, image, self.out_blocks), first_block), plane_out),
+            y_block=plane_out, first_block=first_block, blocks_lo=part.lo, blocks_hi=part.hi,
+            rows=kh_taps, taps=kw_taps,
+            first=1 if part.first is True else b.zext(part.first, irutil.I64),
+            last=1 if part.last is True else b.zext(part.last, irutil.I64))
+        shape = _TileShape(
+            size=size, blocks=blocks, width=width, in_size=in_size,
+            unrolled=unrolled or in_size == 1,
+            apart=in_size == 1 and self.group_in * kh_count * kw_count > LONG_SUM,
+            sliced=part.first is not True,
+            rows=kh_taps if isinstance(kh_taps, int) else None,
+            taps=kw_taps if isinstance(kw_taps, int) else None,
+            tensors=self.tensors_key)
+        tensors = self.step.inputs + self.step.outputs
+        function = ctx.function(("blocked conv tile", shape),
+                                lambda module: _tile_function(module, shape, self))
+        b.call(function, [ctx.pointer(t) for t in tensors] +
+               [ival(n) for n in numbers] + [ival(n) for n in pixels_in + pixels_out])
 
-        def tap_of(rows, w_tap, k, accs):
-            """``accs`` plus the products of the window's tap ``k`` (an i64 from 0) along the
-            rows ``rows`` (each pixel's offset of its input row)."""
-            pixels = [irutil.element_ptr(b, x, "float32", ival(add(b, x_row, mul(
-                b, add(b, column, mul(b, k, dw)), in_size)))) for x_row, (_, column) in
-                zip(rows, origins)]
-            weights = [add(b, w_tap, add(b, r * weight_block, mul(b, k, tap)))
-                       for r in range(blocks)]
+def _tensors_key(ctx, step, output):
+    """What a tile function's code depends on in ``step``'s tensors (written through
+    ``output``, an :class:`_Output`): how many, which are the same, where the bias is, the
+    epilogue's code and which of its inputs are whole."""
+    tensors = step.inputs + step.outputs
+    roots = [id(t.root()) for t in tensors]
+    epilogue = None
+    if output.epilogue is not None:
+        module = ir.Module(name="epilogue")
+        irutil.set_target(module, ctx.target)
+        extras = step.inputs[fused_ops.first_extra(step):]
+        vector = irutil.vector_of(irutil.compute_type("float32"), output.size)
+        output.epilogue.function(module, (vector,) * (1 + len(extras)))
+        epilogue = (str(module), tuple(tuple(e.shape) == tuple(output.y.shape) for e in extras))
+    bias = None if output.bias is None else [t is output.bias for t in tensors].index(True)
+    return tuple(roots.index(r) for r in roots), bias, epilogue
 
-            def channel(c, out):
-                return channel_products(b, w, weights, pixels, c, size, out)
 
-            if unrolled or in_size == 1:
-                for c in range(in_size):
-                    accs = channel(c, accs)
-                return accs
-            with irutil.accumulating_loop(b, 0, in_size, accs, name="c") as loop:
-                loop.set_next(channel(loop.index, loop.values))
-            return loop.results
+class _TileNumbers(NamedTuple):
+    """A tile function's arguments but its tensors and pixels (elements, or counts): where
+    its input blocks, weights and output blocks start and how far apart they lie."""
 
-        def row_of(in_block, kh, accs):
-            """``accs`` plus the products of input block ``in_block`` at the window's kernel
-            row ``kh`` (from 0): the taps along the row in a loop (unrolled, LLVM would keep
-            the pixels that one tap shares with the next in registers, which spills the
-            accumulators)."""
-            channel = add(b, mul(b, image, self.in_blocks), add(b, first_in, in_block))
-            base = mul(b, channel, plane_in)
-            rows = [add(b, base, mul(b, add(b, row, mul(b, kh, dh)), self.width * in_size))
-                    for row, _ in origins]
-            w_tap = add(b, mul(b, first_block, weight_block), mul(b, add(
-                b, mul(b, in_block, kh_count), add(b, kh, kh_lo)), kw_count * tap))
-            w_tap = add(b, w_tap, mul(b, kw_lo, tap))
-            if isinstance(kw_hi, int) and isinstance(kw_lo, int) and kw_hi - kw_lo == 1:
-                return tap_of(rows, w_tap, 0, accs)
-            with irutil.accumulating_loop(b, 0, sub(b, kw_hi, kw_lo), accs, name="kw") as loop:
-                loop.set_next(tap_of(rows, w_tap, loop.index, loop.values))
-            return loop.results
+    x_first: object         # the tile's image's first input block (of its group)
+    x_block: object         # from an input block to the next
+    x_row: object           # from a kernel row to the next
+    x_tap: object           # from a kernel column to the next
+    w_first: object         # the first output block's weights at the first tap read
+    w_block: object         # from the weights of an input block to the next
+    w_row: object
+    w_tap: object
+    w_out_block: object     # from an output block's weights to the next
+    y_first: object         # the first output block of the tile
+    y_block: object
+    first_block: object     # the number of the first output block (for the bias)
+    blocks_lo: object       # the input blocks summed (of the group)
+    blocks_hi: object
+    rows: object            # kernel rows read
+    taps: object            # kernel columns read
+    first: object           # 1 if the sums start at zero, else from Y's partial sums
+    last: object            # 1 if the sums are the outputs, else partial sums for Y
 
-        plane_out = self.plane * size
-        offsets = []
+
+class _TileShape(NamedTuple):
+    """What a tile function's code depends on: its register tile (``blocks`` output blocks
+    of ``size`` channels by ``width`` pixels), the channels of an input block, whether they
+    are unrolled, summed apart (a plain image's, :meth:`_PlaneTiles._tile`) or in slices
+    (partial sums in Y), the kernel rows and columns it reads where they are the same for
+    every tile (else None: arguments), and its tensors (:func:`_tensors_key`)."""
+
+    size: int
+    blocks: int
+    width: int
+    in_size: int
+    unrolled: bool
+    apart: bool
+    sliced: bool
+    rows: object
+    taps: object
+    tensors: tuple
+
+
+class _TileContext(ArgumentContext):
+    """A tile function's emit context: each tensor at its argument, even a small constant
+    that a kernel would compile into its code (the layers sharing the function have their
+    own values)."""
+
+    def pointer(self, tensor):
+        return self.pointers[id(tensor.root())]
+
+
+def _tile_function(module, shape, tiles):
+    """A function ``void(ptr tensor, ..., i64 number, ..., i64 pixel_in, ...,
+    i64 pixel_out, ...)`` computing one register tile of ``shape`` of a step like
+    ``tiles``' (a :class:`_PlaneTiles`): its tensors in the step's order, then the
+    :class:`_TileNumbers`, then each pixel's input and output offset in a block's plane."""
+    tensors = tiles.step.inputs + tiles.step.outputs
+    width, blocks, size = shape.width, shape.blocks, shape.size
+    arguments = [irutil.PTR] * len(tensors) + [irutil.I64] * (len(_TileNumbers._fields)
+                                                              + 2 * width)
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
+                           module.get_unique_name("conv.tile"))
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    places = shape.tensors[0]
+    if len(set(places)) == len(places):
+        for argument in function.args[:len(tensors)]:
+            argument.add_attribute("noalias")
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    ctx = _TileContext(b, tiles.ctx.target, {id(t.root()): a for t, a in
+                                             zip(tensors, function.args)}, tiles.ctx, 1)
+    numbers = _TileNumbers(*function.args[len(tensors):len(tensors) + len(_TileNumbers._fields)])
+    pixels_in = function.args[len(tensors) + len(_TileNumbers._fields):][:width]
+    pixels_out = function.args[len(tensors) + len(_TileNumbers._fields):][width:]
+    x, w = ctx.pointer(tiles.step.inputs[0]), ctx.pointer(tiles.step.inputs[1])
+    vector = irutil.vector_of(irutil.compute_type("float32"), size)
+    zero = irutil.const(vector, 0)
+
+    def tap_of(x_at, w_at, accs):
+        """``accs`` plus the products of the tap whose input offsets are ``x_at`` plus each
+        pixel's and whose first output block's weights start at ``w_at``."""
+        pixels = [irutil.element_ptr(b, x, "float32", b.add(x_at, p)) for p in pixels_in]
+        weights = [add(b, w_at, b.mul(numbers.w_out_block, irutil.i64(r)) if r else 0)
+                   for r in range(blocks)]
+
+        def channel(c, out):
+            return channel_products(b, w, weights, pixels, c, size, out)
+
+        if shape.unrolled:
+            for c in range(shape.in_size):
+                accs = channel(c, accs)
+            return accs
+        with irutil.accumulating_loop(b, 0, shape.in_size, accs, name="c") as loop:
+            loop.set_next(channel(loop.index, loop.values))
+        return loop.results
+
+    def row_of(x_at, w_at, accs):
+        """``accs`` plus the products of the taps along a kernel row (in a loop: unrolled,
+        LLVM would keep the pixels that one tap shares with the next in registers, which
+        spills the accumulators)."""
+        if shape.taps == 1:
+            return tap_of(x_at, w_at, accs)
+        with irutil.accumulating_loop(b, 0, numbers.taps if shape.taps is None else shape.taps,
+                                      accs, name="kw") as loop:
+            loop.set_next(tap_of(b.add(x_at, b.mul(loop.index, numbers.x_tap)),
+                                 b.add(w_at, b.mul(loop.index, numbers.w_tap)), loop.values))
+        return loop.results
+
+    offsets = []
+    for r in range(blocks):
+        base = b.add(numbers.y_first, b.mul(numbers.y_block, irutil.i64(r))) if r \
+            else numbers.y_first
+        offsets += [b.add(base, place) for place in pixels_out]
+    initial = [zero] * (blocks * width)
+    if shape.sliced:
+        first = b.icmp_unsigned("!=", numbers.first, irutil.i64(0))
+        initial = [b.select(first, zero, value)
+                   for value in tiles.output.partial_sums(ctx, offsets)]
+    # Blocks of one channel (a plain image's) with many taps sum each apart, then add it
+    # to the others' (as a product's blocks of k would): one running sum of a 7x7 stem's
+    # 147 products put FCN ResNet-50's outputs 1.2e-4 from the exact ones (ONNX Runtime's
+    # 7.5e-5). Short sums (a 3x3 stem's 27) do not: apart they took 4-7% longer.
+    with irutil.accumulating_loop(b, numbers.blocks_lo, numbers.blocks_hi, initial,
+                                  name="cb") as channels:
+        x_block = b.add(numbers.x_first, b.mul(channels.index, numbers.x_block))
+        w_block = b.add(numbers.w_first, b.mul(channels.index, numbers.w_block))
+        start = [zero] * len(initial) if shape.apart else channels.values
+        with irutil.accumulating_loop(b, 0, numbers.rows if shape.rows is None else shape.rows,
+                                      start, name="kh") as rows:
+            rows.set_next(row_of(b.add(x_block, b.mul(rows.index, numbers.x_row)),
+                                 b.add(w_block, b.mul(rows.index, numbers.w_row)),
+                                 rows.values))
+        channels.set_next([b.fadd(total, value) for total, value in
+                           zip(channels.values, rows.results)] if shape.apart
+                          else rows.results)
+
+    def store():
         for r in range(blocks):
-            base = mul(b, add(b, mul(b, image, self.out_blocks), add(b, first_block, r)),
-                       plane_out)
-            offsets += [add(b, base, mul(b, place, size)) for place in places]
-        zero = irutil.const(vector, 0)
-        initial = [zero] * (blocks * width)
-        if part.first is not True:
-            initial = [b.select(part.first, zero, value)
-                       for value in self.output.partial_sums(ctx, offsets)]
-        # Blocks of one channel (a plain image's) with many taps sum each apart, then add it
-        # to the others' (as a product's blocks of k would): one running sum of a 7x7 stem's
-        # 147 products put FCN ResNet-50's outputs 1.2e-4 from the exact ones (ONNX Runtime's
-        # 7.5e-5). Short sums (a 3x3 stem's 27) do not: apart they took 4-7% longer.
-        apart = self.in_size == 1 and self.group_in * kh_count * kw_count > LONG_SUM
-        with irutil.accumulating_loop(b, part.lo, part.hi, initial, name="cb") as channels:
-            start = [zero] * len(initial) if apart else channels.values
-            with irutil.accumulating_loop(b, 0, sub(b, kh_hi, kh_lo), start,
-                                          name="kh") as rows:
-                rows.set_next(row_of(channels.index, rows.index, rows.values))
-            channels.set_next([b.fadd(total, value) for total, value in
-                               zip(channels.values, rows.results)] if apart else rows.results)
+            tiles.output.store(ctx, b.add(numbers.first_block, irutil.i64(r)),
+                               offsets[r * width:(r + 1) * width],
+                               channels.results[r * width:(r + 1) * width])
 
-        def store():
-            for r in range(blocks):
-                self.output.store(ctx, add(b, first_block, r), offsets[r * width:(r + 1) * width],
-                                  channels.results[r * width:(r + 1) * width])
-
-        if part.last is True:
-            store()
-            return
-        with b.if_else(part.last) as (last, partial):
+    if not shape.sliced:
+        store()
+    else:
+        with b.if_else(b.icmp_unsigned("!=", numbers.last, irutil.i64(0))) as (last, partial):
             with last:
                 store()
             with partial:
-                self.output.store_partial_sums(ctx, offsets, channels.results)
+                tiles.output.store_partial_sums(ctx, offsets, channels.results)
+    b.ret_void()
+    return function
 
 
 class _Slice:

@@ -17,7 +17,11 @@ input channel of a tile broadcast over the lanes times the vector of its weights
 chunk's tiles, keeping the chunk's products (``M``) on the stack, and transforms them back
 into Y. The weights of one band at one position stay in the first-level cache while the
 chunk's tiles go by; the input is read once, where the direct kernel reads each pixel nine times.
+The register tiles of the products are one function for every layer of their shape
+(:func:`_products_function`: the sizes of the layer are its arguments), compiled once.
 """
+
+import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels.base import task_range
@@ -170,34 +174,14 @@ class WinogradTiles(BlockedStep):
 
     def _products(self, ctx, first_block, blocks, position, t, patches, products):
         """M at ``position`` of output blocks ``first_block``... (``blocks`` of them) for the
-        register tile of the chunk's tiles from ``t``: sums over the input blocks of each
-        input channel broadcast times its weights' vector."""
-        b, size, pixels = ctx.builder, self.size, self.pixels
-        w = ctx.pointer(self.step.inputs[1])
-        vector = irutil.vector_of(irutil.compute_type("float32"), size)
-        zero = irutil.const(vector, 0)
-        with irutil.accumulating_loop(b, 0, self.in_blocks, [zero] * (blocks * pixels),
-                                      name="cb") as loop:
-            block = loop.index
-            slot = b.add(b.mul(b.add(b.mul(position, irutil.i64(self.in_blocks)), block),
-                               irutil.i64(self.chunk)), t)
-            inputs = [_vector_at(b, patches, b.add(slot, irutil.i64(p)), size)
-                      for p in range(pixels)]
-            weights = [b.mul(b.add(b.mul(b.add(b.mul(b.add(first_block, irutil.i64(r)),
-                                                     irutil.i64(POSITIONS)), position),
-                                         irutil.i64(self.in_blocks)), block),
-                             irutil.i64(size * size)) for r in range(blocks)]
-            accs = loop.values
-            for c in range(size):
-                accs = channel_products(b, w, weights, inputs, c, size, accs)
-            loop.set_next(accs)
-        for r in range(blocks):
-            slot = b.add(b.mul(b.add(b.mul(position, irutil.i64(self.blocks)), irutil.i64(r)),
-                               irutil.i64(self.chunk)), t)
-            for p in range(pixels):
-                irutil.store(b, loop.results[r * pixels + p],
-                             _vector_at(b, products, b.add(slot, irutil.i64(p)), size),
-                             "float32")
+        register tile of the chunk's tiles from ``t``, by a call of the products function of
+        their shape (:func:`_products_function`), which the layers of a network share."""
+        shape = (self.size, blocks, self.pixels)
+        function = ctx.function(("winograd products",) + shape,
+                                lambda module: _products_function(module, *shape))
+        ctx.builder.call(function, [ctx.pointer(self.step.inputs[1]), patches, products,
+                                    first_block, position, t, irutil.i64(self.in_blocks),
+                                    irutil.i64(self.chunk), irutil.i64(self.blocks)])
 
     # The output transform.
     def _store_tile(self, ctx, image, block, tile, slots):
@@ -248,3 +232,47 @@ def _output_transform(b, m):
         return [b.fadd(b.fadd(x0, x1), x2), b.fsub(b.fsub(x1, x2), x3)]
     columns = [line(*(m[i * PATCH + j] for i in range(PATCH))) for j in range(PATCH)]
     return [value for i in range(TILE) for value in line(*(columns[j][i] for j in range(PATCH)))]
+
+
+def _products_function(module, size, blocks, pixels):
+    """A function ``void(ptr w, ptr patches, ptr products, i64 first_block, i64 position,
+    i64 t, i64 in_blocks, i64 chunk, i64 band_blocks)`` storing in ``products`` M at
+    ``position`` of the ``blocks`` output blocks from ``first_block`` for the register tile
+    of ``pixels`` of the chunk's tiles from ``t`` (a chunk of ``chunk`` tiles whose patches
+    of ``in_blocks`` input blocks of ``size`` channels are in ``patches``, whose products
+    are kept for bands of ``band_blocks`` output blocks): sums over the input blocks of each
+    input channel broadcast times its weights' vector."""
+    arguments = [irutil.PTR] * 3 + [irutil.I64] * 6
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
+                           module.get_unique_name("winograd.products"))
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    for argument in function.args[:3]:
+        argument.add_attribute("noalias")
+    w, patches, products, first_block, position, t, in_blocks, chunk, band_blocks = \
+        function.args
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    vector = irutil.vector_of(irutil.compute_type("float32"), size)
+    zero = irutil.const(vector, 0)
+    with irutil.accumulating_loop(b, 0, in_blocks, [zero] * (blocks * pixels),
+                                  name="cb") as loop:
+        block = loop.index
+        slot = b.add(b.mul(b.add(b.mul(position, in_blocks), block), chunk), t)
+        inputs = [_vector_at(b, patches, b.add(slot, irutil.i64(p)), size)
+                  for p in range(pixels)]
+        weights = [b.mul(b.add(b.mul(b.add(b.mul(b.add(first_block, irutil.i64(r)),
+                                                 irutil.i64(POSITIONS)), position),
+                                     in_blocks), block),
+                         irutil.i64(size * size)) for r in range(blocks)]
+        accs = loop.values
+        for c in range(size):
+            accs = channel_products(b, w, weights, inputs, c, size, accs)
+        loop.set_next(accs)
+    for r in range(blocks):
+        slot = b.add(b.mul(b.add(b.mul(position, band_blocks), irutil.i64(r)), chunk), t)
+        for p in range(pixels):
+            irutil.store(b, loop.results[r * pixels + p],
+                         _vector_at(b, products, b.add(slot, irutil.i64(p)), size), "float32")
+    b.ret_void()
+    return function
