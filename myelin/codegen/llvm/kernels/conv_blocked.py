@@ -18,10 +18,9 @@ streams fewer bytes (:meth:`_PlaneTiles._chunks_outer`). Where a band's weights 
 a pass of its units, keeping the partial sums in Y, so that each slice is read from the
 first-level cache by every tile of the pass (as ONNX Runtime's kernels sum one input block at
 a time), and fetches the next slice while it runs. A register tile is a function of its own
-(:func:`_tile_function`) that takes the layer's sizes, strides and the tile's pixels as
-arguments: the layers of a network whose tiles have one shape and one epilogue call one
-function, which LLVM compiles once (ResNet-50's 6.6 MB of kernel IR became 2.6 MB, its LLVM time a
-third).
+(:func:`_tile_function`, the tiles of a chunk in one call) that takes the layer's sizes and
+strides and the first tile's first pixel as arguments: the layers of a network whose tiles
+have one shape and one epilogue call one function, which LLVM compiles once.
 
 A depthwise convolution runs row by row (:class:`~.blocked.RowWalker`): a tile is a run of
 pixels of one block, each tap one vector load of the input and one fused multiply-add per
@@ -328,9 +327,8 @@ class _PlaneTiles(BlockedStep):
         start = b.mul(local, irutil.i64(CHUNK_TILES))
         stop = b.add(start, irutil.i64(CHUNK_TILES))
         stop = b.select(b.icmp_signed("<", stop, ival(region.tiles)), stop, ival(region.tiles))
-        with irutil.for_range(b, start, stop, name="tile") as t:
-            self._tile(ctx, image, region, first_block, blocks,
-                       b.mul(t, irutil.i64(self.pixels)), self.pixels, part, unrolled=bulk)
+        self._tile(ctx, image, region, first_block, blocks, b.mul(start, irutil.i64(self.pixels)),
+                   self.pixels, part, unrolled=bulk, count=b.sub(stop, start))
         lefts = sorted(set(lefts) - {0})
         if not lefts:
             return
@@ -345,29 +343,21 @@ class _PlaneTiles(BlockedStep):
                                mul(b, region.tiles, self.pixels), left, part)
 
     def _tile(self, ctx, image, region, first_block, blocks, first, width, part,
-              unrolled=False):
+              unrolled=False, count=1):
         """Outputs of ``blocks`` blocks from ``first_block`` at the ``width`` pixels of
         ``region`` (a :class:`_Region`, its numbers maybe i64 values) from its pixel
-        ``first`` (an i64 or int), summed over the input blocks of ``part`` (a
-        :class:`_Slice`: with the partial sums in Y unless it is the first), by a call of
-        the tile function of their shape (:func:`_tile_function`), which the layers of a
-        network share: the sizes of the layer and the places of its pixels are its
-        arguments. ``unrolled`` unrolls the loop over a block's channels: 6-17% faster than a
-        loop of 8 (one layer of 1x1 or 3x3 on one Zen 3 core; a loop unrolled by 2 is not,
-        by 4 twice as slow), for eight times the code."""
+        ``first`` (an i64 or int), and at the ``width`` pixels after them of each of the
+        next tiles (``count`` tiles in all, an i64 or int), summed over the input blocks of
+        ``part`` (a :class:`_Slice`: with the partial sums in Y unless it is the first), by
+        a call of the tile function of their shape (:func:`_tile_function`), which the
+        layers of a network share: the sizes of the layer and the place of the first pixel
+        are its arguments. ``unrolled`` unrolls the loop over a block's channels: 6-17%
+        faster than a loop of 8 (one layer of 1x1 or 3x3 on one Zen 3 core; a loop unrolled
+        by 2 is not, by 4 twice as slow), for eight times the code."""
         b, size, in_size = ctx.builder, self.size, self.in_size
         (sh, sw), (ph, pw) = self.strides, self.pads
         (dh, dw), (kh_count, kw_count) = self.dilations, self.kernel
-        # Each pixel's input offset in a block's plane at its window's first tap inside the
-        # image, and its output offset in a block's plane.
-        pixels_in, pixels_out = [], []
-        for p in range(width):
-            row, column = region.place(b, add(b, first, p))
-            pixels_out.append(mul(b, add(b, mul(b, row, self.out_width), column), size))
-            in_row = add(b, mul(b, row, sh), add(b, mul(b, region.kh_lo, dh), -ph))
-            in_column = add(b, mul(b, column, sw), add(b, mul(b, region.kw_lo, dw), -pw))
-            pixels_in.append(add(b, mul(b, in_row, self.width * in_size),
-                                 mul(b, in_column, in_size)))
+        row, column = region.place(b, first)
         tap = in_size * size
         weight_block = self.group_in * self.block_weights
         first_in = (mul(b, b.udiv(ival(first_block), irutil.i64(self.group_out)), self.group_in)
@@ -375,6 +365,10 @@ class _PlaneTiles(BlockedStep):
         plane_in, plane_out = self.height * self.width * in_size, self.plane * size
         kh_taps, kw_taps = sub(b, region.kh_hi, region.kh_lo), sub(b, region.kw_hi, region.kw_lo)
         numbers = _TileNumbers(
+            count=count, row=row, column=column, column0=region.column0,
+            column_end=add(b, region.column0, region.columns), out_width=self.out_width,
+            row_stride=sh, column_stride=sw, row_shift=add(b, mul(b, region.kh_lo, dh), -ph),
+            column_shift=add(b, mul(b, region.kw_lo, dw), -pw), x_line=self.width * in_size,
             x_first=mul(b, add(b, mul(b, image, self.in_blocks), first_in), plane_in),
             x_block=plane_in, x_row=dh * self.width * in_size, x_tap=dw * in_size,
             w_first=add(b, mul(b, first_block, weight_block),
@@ -397,8 +391,7 @@ class _PlaneTiles(BlockedStep):
         tensors = self.step.inputs + self.step.outputs
         function = ctx.function(("blocked conv tile", shape),
                                 lambda module: _tile_function(module, shape, self))
-        b.call(function, [ctx.pointer(t) for t in tensors] +
-               [ival(n) for n in numbers] + [ival(n) for n in pixels_in + pixels_out])
+        b.call(function, [ctx.pointer(t) for t in tensors] + [ival(n) for n in numbers])
 
 def _tensors_key(ctx, step, output):
     """What a tile function's code depends on in ``step``'s tensors (written through
@@ -419,9 +412,21 @@ def _tensors_key(ctx, step, output):
 
 
 class _TileNumbers(NamedTuple):
-    """A tile function's arguments but its tensors and pixels (elements, or counts): where
-    its input blocks, weights and output blocks start and how far apart they lie."""
+    """A tile function's arguments but its tensors (elements, or counts): its tiles, where
+    their pixels lie, and where its input blocks, weights and output blocks start and how far
+    apart."""
 
+    count: object           # tiles, each of the pixels after the last's
+    row: object             # the first pixel's output row and column
+    column: object
+    column0: object         # the region's first column and the column past its last (its
+    column_end: object      # pixels run along its rows)
+    out_width: object       # columns of the output plane
+    row_stride: object      # the convolution's strides,
+    column_stride: object
+    row_shift: object       # and the input row and column of output 0's first tap read
+    column_shift: object
+    x_line: object          # elements of an input row in a block's plane
     x_first: object         # the tile's image's first input block (of its group)
     x_block: object         # from an input block to the next
     x_row: object           # from a kernel row to the next
@@ -471,29 +476,25 @@ class _TileContext(ArgumentContext):
 
 
 def _tile_function(module, shape, tiles):
-    """A function ``void(ptr tensor, ..., i64 number, ..., i64 pixel_in, ...,
-    i64 pixel_out, ...)`` computing one register tile of ``shape`` of a step like
-    ``tiles``' (a :class:`_PlaneTiles`): its tensors in the step's order, then the
-    :class:`_TileNumbers`, then each pixel's input and output offset in a block's plane."""
+    """A function ``void(ptr tensor, ..., i64 number, ...)`` computing register tiles of
+    ``shape`` of a step like ``tiles``' (a :class:`_PlaneTiles`), one after the other: its
+    tensors in the step's order, then the :class:`_TileNumbers`."""
     tensors = tiles.step.inputs + tiles.step.outputs
     width, blocks, size = shape.width, shape.blocks, shape.size
-    arguments = [irutil.PTR] * len(tensors) + [irutil.I64] * (len(_TileNumbers._fields)
-                                                              + 2 * width)
+    arguments = [irutil.PTR] * len(tensors) + [irutil.I64] * len(_TileNumbers._fields)
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
                            module.get_unique_name("conv.tile"))
     function.linkage = "internal"
     function.attributes.add("nounwind")
     function.attributes.add("noinline")
-    places = shape.tensors[0]
-    if len(set(places)) == len(places):
+    roots = shape.tensors[0]
+    if len(set(roots)) == len(roots):
         for argument in function.args[:len(tensors)]:
             argument.add_attribute("noalias")
     b = ir.IRBuilder(function.append_basic_block("entry"))
     ctx = _TileContext(b, tiles.ctx.target, {id(t.root()): a for t, a in
                                              zip(tensors, function.args)}, tiles.ctx, 1)
-    numbers = _TileNumbers(*function.args[len(tensors):len(tensors) + len(_TileNumbers._fields)])
-    pixels_in = function.args[len(tensors) + len(_TileNumbers._fields):][:width]
-    pixels_out = function.args[len(tensors) + len(_TileNumbers._fields):][width:]
+    numbers = _TileNumbers(*function.args[len(tensors):])
     x, w = ctx.pointer(tiles.step.inputs[0]), ctx.pointer(tiles.step.inputs[1])
     vector = irutil.vector_of(irutil.compute_type("float32"), size)
     zero = irutil.const(vector, 0)
@@ -501,7 +502,7 @@ def _tile_function(module, shape, tiles):
     def tap_of(x_at, w_at, accs):
         """``accs`` plus the products of the tap whose input offsets are ``x_at`` plus each
         pixel's and whose first output block's weights start at ``w_at``."""
-        pixels = [irutil.element_ptr(b, x, "float32", b.add(x_at, p)) for p in pixels_in]
+        pixels = [irutil.element_ptr(b, x, "float32", b.add(x_at, p)) for p in places[0]]
         weights = [add(b, w_at, b.mul(numbers.w_out_block, irutil.i64(r)) if r else 0)
                    for r in range(blocks)]
 
@@ -528,48 +529,72 @@ def _tile_function(module, shape, tiles):
                                  b.add(w_at, b.mul(loop.index, numbers.w_tap)), loop.values))
         return loop.results
 
-    offsets = []
-    for r in range(blocks):
-        base = b.add(numbers.y_first, b.mul(numbers.y_block, irutil.i64(r))) if r \
-            else numbers.y_first
-        offsets += [b.add(base, place) for place in pixels_out]
-    initial = [zero] * (blocks * width)
-    if shape.sliced:
-        first = b.icmp_unsigned("!=", numbers.first, irutil.i64(0))
-        initial = [b.select(first, zero, value)
-                   for value in tiles.output.partial_sums(ctx, offsets)]
-    # Blocks of one channel (a plain image's) with many taps sum each apart, then add it
-    # to the others' (as a product's blocks of k would): one running sum of a 7x7 stem's
-    # 147 products put FCN ResNet-50's outputs 1.2e-4 from the exact ones (ONNX Runtime's
-    # 7.5e-5). Short sums (a 3x3 stem's 27) do not: apart they took 4-7% longer.
-    with irutil.accumulating_loop(b, numbers.blocks_lo, numbers.blocks_hi, initial,
-                                  name="cb") as channels:
-        x_block = b.add(numbers.x_first, b.mul(channels.index, numbers.x_block))
-        w_block = b.add(numbers.w_first, b.mul(channels.index, numbers.w_block))
-        start = [zero] * len(initial) if shape.apart else channels.values
-        with irutil.accumulating_loop(b, 0, numbers.rows if shape.rows is None else shape.rows,
-                                      start, name="kh") as rows:
-            rows.set_next(row_of(b.add(x_block, b.mul(rows.index, numbers.x_row)),
-                                 b.add(w_block, b.mul(rows.index, numbers.w_row)),
-                                 rows.values))
-        channels.set_next([b.fadd(total, value) for total, value in
-                           zip(channels.values, rows.results)] if shape.apart
-                          else rows.results)
+    def step(row, column):
+        """The place of the pixel after the one at (``row``, ``column``) in the region."""
+        column = b.add(column, irutil.i64(1))
+        wrap = b.icmp_unsigned("==", column, numbers.column_end)
+        return (b.add(row, b.zext(wrap, irutil.I64)),
+                b.select(wrap, numbers.column0, column))
 
-    def store():
+    with irutil.accumulating_loop(b, 0, numbers.count, [numbers.row, numbers.column],
+                                  name="tile") as tile_loop:
+        # Each pixel's input offset in a block's plane at its window's first tap read, and
+        # its output offset in a block's plane (read by tap_of).
+        row, column = tile_loop.values
+        places = ([], [])
+        for p in range(width):
+            if p:
+                row, column = step(row, column)
+            places[1].append(b.mul(b.add(b.mul(row, numbers.out_width), column),
+                                   irutil.i64(size)))
+            in_row = b.add(b.mul(row, numbers.row_stride), numbers.row_shift)
+            in_column = b.add(b.mul(column, numbers.column_stride), numbers.column_shift)
+            places[0].append(b.add(b.mul(in_row, numbers.x_line),
+                                   b.mul(in_column, irutil.i64(shape.in_size))))
+        offsets = []
         for r in range(blocks):
-            tiles.output.store(ctx, b.add(numbers.first_block, irutil.i64(r)),
-                               offsets[r * width:(r + 1) * width],
-                               channels.results[r * width:(r + 1) * width])
+            base = b.add(numbers.y_first, b.mul(numbers.y_block, irutil.i64(r))) if r \
+                else numbers.y_first
+            offsets += [b.add(base, place) for place in places[1]]
+        initial = [zero] * (blocks * width)
+        if shape.sliced:
+            first = b.icmp_unsigned("!=", numbers.first, irutil.i64(0))
+            initial = [b.select(first, zero, value)
+                       for value in tiles.output.partial_sums(ctx, offsets)]
+        # Blocks of one channel (a plain image's) with many taps sum each apart, then add it
+        # to the others' (as a product's blocks of k would): one running sum of a 7x7 stem's
+        # 147 products put FCN ResNet-50's outputs 1.2e-4 from the exact ones (ONNX Runtime's
+        # 7.5e-5). Short sums (a 3x3 stem's 27) do not: apart they took 4-7% longer.
+        with irutil.accumulating_loop(b, numbers.blocks_lo, numbers.blocks_hi, initial,
+                                      name="cb") as channels:
+            x_block = b.add(numbers.x_first, b.mul(channels.index, numbers.x_block))
+            w_block = b.add(numbers.w_first, b.mul(channels.index, numbers.w_block))
+            start = [zero] * len(initial) if shape.apart else channels.values
+            kernel_rows = numbers.rows if shape.rows is None else shape.rows
+            with irutil.accumulating_loop(b, 0, kernel_rows, start, name="kh") as rows:
+                rows.set_next(row_of(b.add(x_block, b.mul(rows.index, numbers.x_row)),
+                                     b.add(w_block, b.mul(rows.index, numbers.w_row)),
+                                     rows.values))
+            channels.set_next([b.fadd(total, value) for total, value in
+                               zip(channels.values, rows.results)] if shape.apart
+                              else rows.results)
 
-    if not shape.sliced:
-        store()
-    else:
-        with b.if_else(b.icmp_unsigned("!=", numbers.last, irutil.i64(0))) as (last, partial):
-            with last:
-                store()
-            with partial:
-                tiles.output.store_partial_sums(ctx, offsets, channels.results)
+        def store():
+            for r in range(blocks):
+                tiles.output.store(ctx, b.add(numbers.first_block, irutil.i64(r)),
+                                   offsets[r * width:(r + 1) * width],
+                                   channels.results[r * width:(r + 1) * width])
+
+        if not shape.sliced:
+            store()
+        else:
+            last_pass = b.icmp_unsigned("!=", numbers.last, irutil.i64(0))
+            with b.if_else(last_pass) as (last, partial):
+                with last:
+                    store()
+                with partial:
+                    tiles.output.store_partial_sums(ctx, offsets, channels.results)
+        tile_loop.set_next(step(row, column))
     b.ret_void()
     return function
 
