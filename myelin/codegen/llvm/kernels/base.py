@@ -100,12 +100,14 @@ class EmitContext:
         size = -(-units // max(tasks, 1))
         return -(-units // max(size, 1)), size
 
-    def parallel(self, name, tensors, count, emit_task, outline=False):
+    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False):
         """Run ``emit_task(ctx, index)`` for ``index`` in [0, count): inline for one task or
         one thread, else as a function ``void(ptr, i64)`` whose tasks the worker pool and
         the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``.
         ``outline`` puts the tasks in a function of their own even on one thread: LLVM
-        allocates the registers of a large kernel better there than inline in a long cell."""
+        allocates the registers of a large kernel better there than inline in a long cell.
+        ``glue`` (with ``outline``) says that the tasks only call the functions doing the
+        work (:func:`mark_glue`)."""
         b = self.builder
         if not outline and (count == 1 or self.threads <= 1):
             if count == 1:
@@ -114,7 +116,7 @@ class EmitContext:
             with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
                 emit_task(self, index)
             return
-        function, roots, kept = self._outline(name, tensors, emit_task)
+        function, roots, kept = self._outline(name, tensors, emit_task, glue)
         # The call: a table of the tensors' and kept arrays' addresses on the stack, then the
         # tasks.
         pointers = [self.pointer(root) for root in roots] + [self.keep(array) for array in kept]
@@ -130,7 +132,7 @@ class EmitContext:
         irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
                             [function, slots, irutil.i64(count)])
 
-    def _outline(self, name, tensors, emit_task):
+    def _outline(self, name, tensors, emit_task, glue=False):
         """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
         holds the addresses of ``tensors``' roots, then those of the arrays the tasks keep:
         returns (the function, the roots and the kept arrays, in table order).
@@ -150,7 +152,11 @@ class EmitContext:
         body = ir.Function(module, body_type, module.get_unique_name(f"{name}.body"))
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        body.attributes.add("alwaysinline")
+        if glue:
+            mark_glue(function)
+            mark_glue(body)
+        else:
+            body.attributes.add("alwaysinline")
         for argument, root in zip(body.args[1:], roots):
             if not may_alias(root, roots):
                 argument.add_attribute("noalias")
@@ -206,6 +212,15 @@ class EmitContext:
         if strides is None:
             strides = contiguous_strides(tensor.shape)
         return Operand(self.pointer(tensor), tensor.dtype, tuple(strides), self.alignment(tensor))
+
+
+def mark_glue(function):
+    """Mark ``function`` (of IR) as glue: code that only calls the functions doing the work,
+    a few times each (a blocked convolution's loops over the chunks of register tiles it
+    hands its tile function). LLVM leaves it as emitted (``optnone``), and a module of glue
+    alone is compiled without its passes (:func:`myelin.codegen.llvm.engine.glue_only`)."""
+    function.attributes.add("noinline")
+    function.attributes.add("optnone")
 
 
 def inlined(root):

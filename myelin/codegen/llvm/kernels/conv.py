@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
-from myelin.codegen.llvm.kernels.base import (ArgumentContext, Kernel, inlined_bytes,
+from myelin.codegen.llvm.kernels.base import (ArgumentContext, Kernel, inlined_bytes, mark_glue,
                                               task_range)
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
@@ -93,7 +93,7 @@ def nested_loops(b, sizes, body, name="o"):
     level(0, [])
 
 
-def outlined(ctx, step, emit):
+def outlined(ctx, step, emit, glue=False):
     """Emit ``emit(sub_ctx)`` into a function of its own, called from the cell function with
     the addresses of the step's tensors; steps with the same types and attributes share it.
 
@@ -115,6 +115,8 @@ def outlined(ctx, step, emit):
         function.linkage = "internal"
         function.attributes.add("noinline")
         function.attributes.add("nounwind")
+        if glue:
+            mark_glue(function)
         if len({id(t.root()) for t in tensors}) == len(tensors):
             for argument in function.args:
                 argument.add_attribute("noalias")
@@ -132,10 +134,15 @@ class OutlinedKernel(Kernel):
     """A kernel whose code (``emit_body``) goes into a function of its own: see outlined()."""
 
     def emit(self, ctx, step):
-        outlined(ctx, step, lambda sub: self.emit_body(sub, step))
+        outlined(ctx, step, lambda sub: self.emit_body(sub, step), self.glue(step))
 
     def emit_body(self, ctx, step):
         raise NotImplementedError
+
+    def glue(self, step):
+        """True if ``emit_body`` only calls the functions doing ``step``'s work, through
+        ``ctx.parallel(..., glue=True)`` (:func:`~.base.mark_glue`)."""
+        return False
 
 
 def supported_floats(step):

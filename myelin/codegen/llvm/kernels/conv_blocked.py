@@ -87,6 +87,11 @@ class BlockedConvKernel(OutlinedKernel):
         g = conv_ops.geometry(fused_ops.conv_part(step))
         return 2 * step.outputs[0].elements * g.in_channels // g.group * math.prod(g.kernel)
 
+    def glue(self, step):
+        conv = fused_ops.conv_part(step)
+        g = conv_ops.geometry(conv)
+        return not (layout.depthwise(g.group, g.in_channels) or conv_ops.winograd(conv))
+
     def emit_body(self, ctx, step):
         conv = fused_ops.conv_part(step)
         output = _Output(step, conv)
@@ -249,7 +254,7 @@ class _PlaneTiles(BlockedStep):
                                                     self.group_in, self.slices))
 
         ctx.parallel(f"Conv.{self.step.name}", self.step.inputs + self.step.outputs, tasks, task,
-                     outline=True)
+                     outline=True, glue=True)
 
     def _chunks_outer(self):
         """Whether an image's units take each chunk of pixels for every band of output
