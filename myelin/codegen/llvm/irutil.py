@@ -230,6 +230,23 @@ def _intrinsic_suffix(typ):
     return f"i{typ.width}"
 
 
+def helper_function(module, name, pointers, integers, noalias=True):
+    """(function, builder at its entry) of a new internal ``void`` function of ``module``
+    that LLVM does not inline (a kernel's tile, whose registers it allocates alone), named
+    after ``name``, taking ``pointers`` ptr arguments (``noalias`` if set) then
+    ``integers`` i64 ones."""
+    arguments = [PTR] * pointers + [I64] * integers
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
+                           module.get_unique_name(name))
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    if noalias:
+        for argument in function.args[:pointers]:
+            argument.add_attribute("noalias")
+    return function, ir.IRBuilder(function.append_basic_block("entry"))
+
+
 def stack_array(builder, element_type, count, align=64):
     """A ptr to ``count`` elements of ``element_type`` in the current function's stack frame
     (allocated in its entry block, so loops do not grow the stack)."""

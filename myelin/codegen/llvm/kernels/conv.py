@@ -109,18 +109,11 @@ def outlined(ctx, step, emit, glue=False):
 
     def build(module):
         # (named by the op alone: the function is the same code for every step sharing it)
-        symbol = module.get_unique_name(step.type)
-        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [irutil.PTR] * len(tensors)),
-                               symbol)
-        function.linkage = "internal"
-        function.attributes.add("noinline")
-        function.attributes.add("nounwind")
+        function, builder = irutil.helper_function(
+            module, step.type, len(tensors), 0,
+            noalias=len({id(t.root()) for t in tensors}) == len(tensors))
         if glue:
             mark_glue(function)
-        if len({id(t.root()) for t in tensors}) == len(tensors):
-            for argument in function.args:
-                argument.add_attribute("noalias")
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
         arguments = {id(t.root()): a for t, a in zip(tensors, function.args)}
         emit(ArgumentContext(builder, ctx.target, arguments, ctx, ctx.threads))
         builder.ret_void()

@@ -486,17 +486,10 @@ def _tile_function(module, shape, tiles):
     tensors in the step's order, then the :class:`_TileNumbers`."""
     tensors = tiles.step.inputs + tiles.step.outputs
     width, blocks, size = shape.width, shape.blocks, shape.size
-    arguments = [irutil.PTR] * len(tensors) + [irutil.I64] * len(_TileNumbers._fields)
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
-                           module.get_unique_name("conv.tile"))
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
     roots = shape.tensors[0]
-    if len(set(roots)) == len(roots):
-        for argument in function.args[:len(tensors)]:
-            argument.add_attribute("noalias")
-    b = ir.IRBuilder(function.append_basic_block("entry"))
+    function, b = irutil.helper_function(module, "conv.tile", len(tensors),
+                                         len(_TileNumbers._fields),
+                                         noalias=len(set(roots)) == len(roots))
     ctx = _TileContext(b, tiles.ctx.target, {id(t.root()): a for t, a in
                                              zip(tensors, function.args)}, tiles.ctx, 1)
     numbers = _TileNumbers(*function.args[len(tensors):])

@@ -21,8 +21,6 @@ The register tiles of the products are one function for every layer of their sha
 (:func:`_products_function`: the sizes of the layer are its arguments), compiled once.
 """
 
-import llvmlite.ir as ir
-
 from myelin.codegen.llvm import irutil
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.blocked import BlockedStep, channel_products, filled
@@ -242,17 +240,9 @@ def _products_function(module, size, blocks, pixels):
     of ``in_blocks`` input blocks of ``size`` channels are in ``patches``, whose products
     are kept for bands of ``band_blocks`` output blocks): sums over the input blocks of each
     input channel broadcast times its weights' vector."""
-    arguments = [irutil.PTR] * 3 + [irutil.I64] * 6
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
-                           module.get_unique_name("winograd.products"))
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
-    for argument in function.args[:3]:
-        argument.add_attribute("noalias")
+    function, b = irutil.helper_function(module, "winograd.products", 3, 6)
     w, patches, products, first_block, position, t, in_blocks, chunk, band_blocks = \
         function.args
-    b = ir.IRBuilder(function.append_basic_block("entry"))
     vector = irutil.vector_of(irutil.compute_type("float32"), size)
     zero = irutil.const(vector, 0)
     with irutil.accumulating_loop(b, 0, in_blocks, [zero] * (blocks * pixels),

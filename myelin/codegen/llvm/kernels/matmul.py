@@ -693,16 +693,8 @@ def _tile_function(module, shape, madd):
     The k loop is a function of its own so that LLVM allocates its registers alone: inline in
     a large task, it may spill accumulators inside the loop."""
     dtype, rows, vectors, lanes, split = shape[:5]
-    arguments = [irutil.PTR] * 3 + [irutil.I64] * 2
-    function = ir.Function(module, ir.FunctionType(ir.VoidType(), arguments),
-                           module.get_unique_name("matmul.tile"))
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    function.attributes.add("noinline")
-    for arg in function.args[:3]:
-        arg.add_attribute("noalias")
+    function, b = irutil.helper_function(module, "matmul.tile", 3, 2)
     a, source, out, k, row_stride = function.args
-    b = ir.IRBuilder(function.append_basic_block("entry"))
     acc_type = irutil.vector_of(irutil.compute_type(dtype), lanes)
     tile = rows * vectors
     a_rows = [irutil.element_ptr(b, a, dtype, b.mul(row_stride, irutil.i64(r)))
