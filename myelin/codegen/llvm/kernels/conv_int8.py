@@ -187,9 +187,15 @@ class _Task(_ConvTask):
         self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
                         for s in self.step.inputs[5:]]
 
-    def store(self, value, row, column, valid):
+    def store_loop(self, vector):
+        # A dequantized store (a scale, a bias and the recipe) in a loop over the tile's rows:
+        # with each vector's store inlined, ResNet-50's took 1.5 times the LLVM time.
+        return "rows" if len(self.step.inputs) > 3 else None
+
+    def store(self, value, row, column, valid, inline=False):
         """Store the int32 sums, or, for a dequantizing op, their float value times the scale
-        plus the bias of channel ``row``, through the recipe, in the output's type."""
+        plus the bias of channel ``row``, through the recipe (inlined if ``inline``), in the
+        output's type."""
         step = self.step
         b, lanes = self.b, irutil.width_of(value)
         channel = b.add(self.first_channel, row)
@@ -206,7 +212,7 @@ class _Task(_ConvTask):
                                                                  lanes)), scale), bias)
         if self.recipe is not None:
             value = self.recipe.apply(b, [value] + [irutil.splat(b, s, lanes)
-                                                    for s in self.scalars])
+                                                    for s in self.scalars], inline)
         if out != dtype:
             value = elementwise.emit(b, "Cast", [value], [dtype], out, {"dtype": out})
         at = irutil.element_ptr(b, self.c, out, b.add(b.mul(row, irutil.i64(self.plan.n)),

@@ -583,9 +583,8 @@ class Task:
                                    lambda module: _tile_function(module, shape, plan.madd))
         b.call(kernel, [a, source, tile, irutil.i64(plan.k), irutil.i64(plan.a_strides()[0])])
 
-        extras = len(self.extras)
-        if (columns >= vectors * lanes and plan.epilogue is not None
-                and plan.epilogue.costly(b.module, (vector,) * (1 + extras))):
+        loop = self.store_loop(vector)
+        if loop == "vectors" and columns >= vectors * lanes:
             # A costly epilogue (a GELU's erf) inlined once, in a loop over the tile's vectors:
             # its constants are made once per tile, not in a call for each vector.
             with irutil.for_range(b, 0, rows * vectors, name="t") as position:
@@ -594,6 +593,16 @@ class Task:
                                          irutil.i64(lanes)))
                 value = b.load(b.gep(tile, [position], source_etype=vector), typ=vector)
                 self.store(value, row, at, lanes, inline=True)
+            return
+        if loop == "rows":
+            # The store inlined once per vector of a row, in a loop over the tile's rows.
+            with irutil.for_range(b, 0, rows, name="tr") as r:
+                row, first = b.add(ival(i), r), b.mul(r, irutil.i64(vectors))
+                for v in range(min(vectors, -(-columns // lanes))):
+                    at = b.add(column, irutil.i64(v * lanes))
+                    value = b.load(b.gep(tile, [b.add(first, irutil.i64(v))],
+                                         source_etype=vector), typ=vector)
+                    self.store(value, row, at, min(lanes, columns - v * lanes), inline=True)
             return
         for r in range(rows):
             row = b.add(ival(i), irutil.i64(r))
@@ -605,6 +614,17 @@ class Task:
                 value = b.load(b.gep(tile, [irutil.i64(r * vectors + v)], source_etype=vector),
                                typ=vector)
                 self.store(value, row, at, valid)
+
+    def store_loop(self, vector):
+        """How a tile's vectors (of type ``vector``) are stored where storing one takes much
+        code: "vectors" (a loop over them, for a costly epilogue, see
+        :meth:`~.fused.TypedRecipe.function`), "rows" (a loop over the tile's rows, each row's
+        vectors stored one after the other), or None (all one after the other)."""
+        plan = self.plan
+        if plan.epilogue is not None and plan.epilogue.costly(
+                self.b.module, (vector,) * (1 + len(self.extras))):
+            return "vectors"
+        return None
 
     def a_row(self, i):
         """A pointer to A's row ``i``, the first of a tile."""
