@@ -202,6 +202,32 @@ def test_blocked_layers_of_other_sizes_share_their_tile_functions(layers, size, 
     _check_conv_chain(network, layers, size, reference, rng)
 
 
+def test_transposes_of_other_shapes_share_their_plane_function(monkeypatch):
+    """Transposes of other sizes (leftover rows and columns or none, one plane or several)
+    call one function for their planes, and each is exact."""
+    from myelin.codegen.llvm.kernels import movement
+    built = []
+    build = movement._plane_function
+    monkeypatch.setattr(movement, "_plane_function",
+                        lambda *args: built.append(args) or build(*args))
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    shapes = [(16, 32), (37, 29), (3, 20, 18)]
+    for i, shape in enumerate(shapes):
+        perm = list(range(len(shape) - 2)) + [len(shape) - 1, len(shape) - 2]
+        f.rename(f.transpose(f.var(f"x{i}", myelin.DT_FLOAT, shape), perm), f"y{i}")
+    network = myelin.Compiler(cache=False, threads=1).compile(flow)
+    assert len(built) == 1
+    data = network.cell("f").instance()
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    for i, x in enumerate(xs):
+        data[f"f/x{i}"] = x
+    data.compute()
+    for i, x in enumerate(xs):
+        np.testing.assert_array_equal(np.asarray(data[f"f/y{i}"]), np.swapaxes(x, -1, -2))
+
+
 @pytest.mark.parametrize("layers, size", [([(32, 32, 1, 1, 0), (32, 32, 1, 2, 0)], 12),
                                           BLOCKED_CHAINS[1][:2]])
 def test_kernels_and_the_helpers_their_helpers_call_come_from_the_cache(

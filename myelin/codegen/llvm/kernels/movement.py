@@ -5,6 +5,7 @@ import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
 from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
+from myelin.flow import dtypes
 
 
 def copy(ctx, shape, source, target):
@@ -51,9 +52,11 @@ class ViewKernel(Kernel):
 class TransposeKernel(Kernel):
     """``Transpose`` by attribute ``perm`` (default: reversed axes) as a strided copy; where
     the last two axes (after merging) swap, in square blocks of one vector per row,
-    transposed in registers, so loads and stores are whole vectors."""
+    transposed in registers, so loads and stores are whole vectors (by one function for all
+    sizes, see :func:`_plane_function`)."""
 
     name = "Transpose"
+    shares_code = True
 
     def supports(self, step, target):
         return step.type == "Transpose"
@@ -81,39 +84,50 @@ class TransposeKernel(Kernel):
 
 def _blocked_transpose(ctx, source, out, shape, reads, lanes):
     """out[..., i, j] = source at i + j * reads[-1] (+ the outer axes' strides), for an output
-    of merged ``shape``: ``lanes`` x ``lanes`` blocks, then the leftover rows and columns one
-    element at a time."""
-    b, dtype, itemsize = ctx.builder, out.dtype, out.itemsize
+    of merged ``shape``: each plane by a call of :func:`_plane_function`, shared by every
+    transpose of the type (its sizes are arguments)."""
+    b, dtype = ctx.builder, out.dtype
     rows, columns = shape[-2:]
-    step = reads[-1]
     writes = loops.contiguous_strides(shape)
     operands = [ctx.operand(source, reads), ctx.operand(out, writes)]
+    plane = ctx.function(("transpose plane", dtype, lanes),
+                         lambda module: _plane_function(module, dtype, lanes))
+    loops.outer_loops(b, shape[:-2], operands, [reads[:-2], writes[:-2]], lambda pointers: b.call(
+        plane, list(pointers) + [irutil.i64(rows), irutil.i64(columns), irutil.i64(reads[-1])]))
 
-    def element(src, dst, i, j):
-        at = b.add(i, b.mul(j, irutil.i64(step)))
+
+def _plane_function(module, dtype, lanes):
+    """A function ``void(ptr src, ptr dst, i64 rows, i64 columns, i64 step)`` storing
+    dst[i * columns + j] = src[i + j * step] for i < rows, j < columns: ``lanes`` x ``lanes``
+    blocks transposed in registers (whole vectors loaded and stored), then the leftover rows
+    and columns one element at a time."""
+    function, b = irutil.helper_function(module, "transpose.plane", 2, 3, noalias=False)
+    src, dst, rows, columns, step = function.args
+    itemsize = dtypes.itemsize(dtype)
+
+    def element(i, j):
+        at = b.add(i, b.mul(j, step))
         value = irutil.load(b, irutil.element_ptr(b, src, dtype, at), dtype, 1, itemsize)
-        at = b.add(b.mul(i, irutil.i64(columns)), j)
+        at = b.add(b.mul(i, columns), j)
         irutil.store(b, value, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
 
-    def plane(pointers):
-        src, dst = pointers
-        full_rows, full_columns = rows - rows % lanes, columns - columns % lanes
-        with irutil.for_range(b, 0, full_rows, lanes, name="bi") as i:
-            with irutil.for_range(b, 0, full_columns, lanes, name="bj") as j:
-                block = [irutil.load(b, irutil.element_ptr(
-                    b, src, dtype, b.add(i, b.mul(b.add(j, irutil.i64(k)), irutil.i64(step)))),
-                    dtype, lanes, itemsize) for k in range(lanes)]
-                for k, vector in enumerate(irutil.transpose_block(b, block)):
-                    at = b.add(b.mul(b.add(i, irutil.i64(k)), irutil.i64(columns)), j)
-                    irutil.store(b, vector, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
-            with irutil.for_range(b, full_columns, columns, name="rj") as j:
-                with irutil.for_range(b, 0, lanes, name="ri") as k:
-                    element(src, dst, b.add(i, k), j)
-        with irutil.for_range(b, full_rows, rows, name="ti") as i:
-            with irutil.for_range(b, 0, columns, name="tj") as j:
-                element(src, dst, i, j)
-
-    loops.outer_loops(b, shape[:-2], operands, [reads[:-2], writes[:-2]], plane)
+    full_rows, full_columns = (b.sub(n, b.urem(n, irutil.i64(lanes))) for n in (rows, columns))
+    with irutil.for_range(b, 0, full_rows, lanes, name="bi") as i:
+        with irutil.for_range(b, 0, full_columns, lanes, name="bj") as j:
+            block = [irutil.load(b, irutil.element_ptr(
+                b, src, dtype, b.add(i, b.mul(b.add(j, irutil.i64(k)), step))),
+                dtype, lanes, itemsize) for k in range(lanes)]
+            for k, vector in enumerate(irutil.transpose_block(b, block)):
+                at = b.add(b.mul(b.add(i, irutil.i64(k)), columns), j)
+                irutil.store(b, vector, irutil.element_ptr(b, dst, dtype, at), dtype, itemsize)
+        with irutil.for_range(b, full_columns, columns, name="rj") as j:
+            with irutil.for_range(b, 0, lanes, name="ri") as k:
+                element(b.add(i, k), j)
+    with irutil.for_range(b, full_rows, rows, name="ti") as i:
+        with irutil.for_range(b, 0, columns, name="tj") as j:
+            element(i, j)
+    b.ret_void()
+    return function
 
 
 def _part_operand(ctx, tensor, whole, axis, start):
