@@ -75,8 +75,20 @@ def const(typ, value):
 @functools.lru_cache(maxsize=4096)
 def _constant(typ, value, text):
     if isinstance(typ, ir.VectorType):
-        return ir.Constant(typ, [ir.Constant(typ.element, value)] * typ.count)
+        return _Splat(typ, [ir.Constant(typ.element, value)] * typ.count)
     return ir.Constant(typ, value)
+
+
+class _Splat(ir.Constant):
+    """A vector constant of one value in every lane, written ``splat (<value>)``, and an
+    undefined vector written ``undef``, rather than lane by lane: kernels use thousands, and
+    the text of a module is hashed, kept and parsed again (a 16-lane one is 16 times as long
+    written out)."""
+
+    def _get_reference(self):
+        if self.constant is ir.Undefined or self.constant[0].constant is ir.Undefined:
+            return "undef"
+        return f"splat ({self.constant[0]})"
 
 
 def i64(value):
@@ -95,7 +107,8 @@ def splat(builder, scalar, width):
 @functools.lru_cache(maxsize=256)
 def _undefined(typ):
     """The undefined value of ``typ`` (made once, as :func:`const` makes constants)."""
-    return ir.Constant(typ, ir.Undefined)
+    return _Splat(typ, ir.Undefined) if isinstance(typ, ir.VectorType) else \
+        ir.Constant(typ, ir.Undefined)
 
 
 def every_nth(builder, vector, stride, width):
