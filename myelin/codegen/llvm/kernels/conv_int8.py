@@ -302,9 +302,12 @@ class _Task(_ConvTask):
                     values.append(value)
                 interleaved(values)
             with slow:
-                fill = irutil.const(irutil.vector_of(irutil.storage_type(dtype), lanes), 0)
+                # Lanes outside the image read its first element (whose value the select
+                # drops): a gather of bytes is scalar loads, which without a mask need no
+                # branch per lane.
+                safe = b.select(inside, offsets, irutil.const(offsets.type, 0))
                 values = []
                 for image in images:
-                    value = irutil.gather(b, image, dtype, offsets, mask=inside, fill=fill)
+                    value = irutil.gather(b, image, dtype, safe)
                     values.append(b.select(inside, self._converted(value), self.fill))
                 interleaved(values)
