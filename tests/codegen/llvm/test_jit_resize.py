@@ -87,7 +87,10 @@ def test_options_and_float64(features):
     cases.append(((2, 64), _attrs((2, 64), (2, 5), mode="linear", antialias=1)))
     for dtype in ["float32", "float64"]:
         flow, inputs = _flow(dtype, cases)
-        run_and_compare(flow, inputs, 2e-6 if dtype == "float32" else 1e-13, features)
+        # Errors against an output norm of at least 1: an 8 x 8 plane averaged to one pixel
+        # is a mean of 64 random values of order 1, whose rounding does not shrink with it.
+        run_and_compare(flow, inputs, 2e-6 if dtype == "float32" else 1e-13, features,
+                        floor=1.0)
 
 
 @pytest.mark.parametrize("features", ["host", "sse"])
