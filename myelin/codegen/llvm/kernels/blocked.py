@@ -66,7 +66,10 @@ def channel_products(b, w, weights, pixels, c, size, accs):
 class BlockedStep:
     """The code of a blocked 2-D step ``step`` doing ``work`` (flops, for the split over
     threads) under way in ``ctx``: its block and sizes. ``conv`` is the op whose geometry it
-    has (the step itself, or a fused step's convolution)."""
+    has (the step itself, or a fused step's convolution). A subclass whose tasks only call
+    the functions doing the work sets ``glue`` (:func:`~.base.mark_glue`)."""
+
+    glue = False
 
     def __init__(self, ctx, step, conv, work):
         self.ctx, self.step, self.work = ctx, step, work

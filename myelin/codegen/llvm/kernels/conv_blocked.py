@@ -88,20 +88,22 @@ class BlockedConvKernel(OutlinedKernel):
         return 2 * step.outputs[0].elements * g.in_channels // g.group * math.prod(g.kernel)
 
     def glue(self, step):
-        conv = fused_ops.conv_part(step)
-        g = conv_ops.geometry(conv)
-        return not (layout.depthwise(g.group, g.in_channels) or conv_ops.winograd(conv))
+        return _emitter(step).glue
 
     def emit_body(self, ctx, step):
         conv = fused_ops.conv_part(step)
-        output = _Output(step, conv)
-        g = conv_ops.geometry(conv)
-        if layout.depthwise(g.group, g.in_channels):
-            _DepthwiseRows(ctx, step, conv, self.flops(step), output).emit()
-        elif conv_ops.winograd(conv):
-            WinogradTiles(ctx, step, conv, self.flops(step), output, WINOGRAD_TILES).emit()
-        else:
-            _PlaneTiles(ctx, step, conv, self.flops(step), output).emit()
+        emitter = _emitter(step)
+        extra = (WINOGRAD_TILES,) if emitter is WinogradTiles else ()
+        emitter(ctx, step, conv, self.flops(step), _Output(step, conv), *extra).emit()
+
+
+def _emitter(step):
+    """The :class:`~.blocked.BlockedStep` class that emits blocked convolution ``step``."""
+    conv = fused_ops.conv_part(step)
+    g = conv_ops.geometry(conv)
+    if layout.depthwise(g.group, g.in_channels):
+        return _DepthwiseRows
+    return WinogradTiles if conv_ops.winograd(conv) else _PlaneTiles
 
 
 class _Output:
@@ -185,7 +187,10 @@ class _DepthwiseRows(RowWalker):
 class _PlaneTiles(BlockedStep):
     """A convolution with groups of whole blocks (one group among them): register tiles over
     the output plane, each of a band of output blocks of one group, region by region
-    (:func:`_regions`: the pixels of a region read the same kernel taps inside the image)."""
+    (:func:`_regions`: the pixels of a region read the same kernel taps inside the image).
+    Its tasks are glue: loops over chunks of tiles, one call of a tile function each."""
+
+    glue = True
 
     def __init__(self, ctx, step, conv, work, output):
         super().__init__(ctx, step, conv, work)
@@ -254,7 +259,7 @@ class _PlaneTiles(BlockedStep):
                                                     self.group_in, self.slices))
 
         ctx.parallel(f"Conv.{self.step.name}", self.step.inputs + self.step.outputs, tasks, task,
-                     outline=True, glue=True)
+                     outline=True, glue=self.glue)
 
     def _chunks_outer(self):
         """Whether an image's units take each chunk of pixels for every band of output

@@ -30,7 +30,7 @@ import numpy as np
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import PARALLEL_WORK, TASKS_PER_THREAD, Kernel
-from myelin.codegen.llvm.kernels.conv import ival
+from myelin.codegen.llvm.kernels.conv import add, ival
 from myelin.flow import dtypes
 
 VECTORS = 2                   # vectors per tile row
@@ -597,23 +597,23 @@ class Task:
         if loop == "rows":
             # The store inlined once per vector of a row, in a loop over the tile's rows.
             with irutil.for_range(b, 0, rows, name="tr") as r:
-                row, first = b.add(ival(i), r), b.mul(r, irutil.i64(vectors))
-                for v in range(min(vectors, -(-columns // lanes))):
-                    at = b.add(column, irutil.i64(v * lanes))
-                    value = b.load(b.gep(tile, [b.add(first, irutil.i64(v))],
-                                         source_etype=vector), typ=vector)
-                    self.store(value, row, at, min(lanes, columns - v * lanes), inline=True)
+                self._store_row(tile, vector, lanes, b.add(ival(i), r),
+                                b.mul(r, irutil.i64(vectors)), column, columns, inline=True)
             return
         for r in range(rows):
-            row = b.add(ival(i), irutil.i64(r))
-            for v in range(vectors):
-                valid = min(lanes, columns - v * lanes)
-                if valid <= 0:
-                    break
-                at = b.add(column, irutil.i64(v * lanes))
-                value = b.load(b.gep(tile, [irutil.i64(r * vectors + v)], source_etype=vector),
-                               typ=vector)
-                self.store(value, row, at, valid)
+            self._store_row(tile, vector, lanes, b.add(ival(i), irutil.i64(r)), r * vectors,
+                            column, columns)
+
+    def _store_row(self, tile, vector, lanes, row, first, column, columns, inline=False):
+        """Store C's ``row`` from the ``tile``'s values of type ``vector`` (``lanes`` each)
+        from the ``first`` (an int or an i64) on, its columns from ``column`` on
+        (``columns`` of them)."""
+        b = self.b
+        for v in range(-(-columns // lanes)):
+            at = b.add(column, irutil.i64(v * lanes))
+            value = b.load(b.gep(tile, [ival(add(b, first, v))], source_etype=vector),
+                           typ=vector)
+            self.store(value, row, at, min(lanes, columns - v * lanes), inline)
 
     def store_loop(self, vector):
         """How a tile's vectors (of type ``vector``) are stored where storing one takes much
