@@ -6,7 +6,7 @@ import numpy as np
 
 # NumPy's array object holds its data pointer right after the Python object header (what
 # PyArray_DATA reads, fixed by NumPy's ABI).
-_DATA_OFFSET = object.__basicsize__
+DATA_OFFSET = object.__basicsize__
 _WORD_AT = ctypes.c_size_t.from_address
 
 
@@ -21,4 +21,4 @@ def address(array):
     """The address of the first element of NumPy array ``array``, as
     ``array.__array_interface__["data"][0]`` gives it but read from the array object in about
     a tenth of the time (the interface builds a dict of the whole description)."""
-    return _WORD_AT(id(array) + _DATA_OFFSET).value
+    return _WORD_AT(id(array) + DATA_OFFSET).value

@@ -68,11 +68,14 @@ class CompiledCell(Compiled):
 
     def __post_init__(self):
         # (position, bind) per input the cell reads in place: the binders check those inputs.
+        # They bind every reference input of the cell (those of the inputs without elements
+        # are not references), so the run calls the instance's native code directly.
         self._binds = [(self.input_names.index(s.name), self.instance.binder(s.var))
                        for s in self.imported.inputs if 0 not in s.shape and s.var in self.cell]
         self._unbound = self._checks({position for position, _ in self._binds})
         self._views = [self._view(s) for s in self.imported.outputs]
         self._static = not any(callable(view) for view in self._views)
+        self._call = self.instance.native_call
 
     def _view(self, signature):
         """An output's view in the instance, or a function making it (an input passed
@@ -95,7 +98,9 @@ class CompiledCell(Compiled):
             for position, bind in self._binds:
                 if not bind(given[position]):       # read in place
                     return None
-            self.instance.compute()
+            status = self._call()
+            if status:
+                raise self.instance.failure(status)
             views = self._views if self._static else \
                 [view() if callable(view) else view for view in self._views]
             if targets is not None:

@@ -8,17 +8,15 @@ instance computes on one thread at a time).
 :class:`Tensor` is a zero-copy view of one tensor in an instance or of a global.
 """
 
-import ctypes
 import reprlib
 
 import numpy as np
 
+from myelin.codegen.llvm import pycall
 from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.flow.graph import Variable
 from myelin.memory import address, aligned_zeros
-
-_CELL_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
 class Tensor:
@@ -210,7 +208,6 @@ class Cell:
         self.unshared_size = unshared_size
         self.instance_alignment = alignment
         self.address = address
-        self._function = _CELL_FUNCTION(address) if address else None  # (None: a GPU cell)
         self._counters = counters  # int64 [1 + steps, 2] the code adds to, or None
         self._tensors = [t for t in tensors if not t.is_global]
         self._references = sum(1 for t in self._tensors if t.ref)
@@ -312,7 +309,8 @@ class Instance:
         self.cell = cell
         self._memory = aligned_zeros(max(cell.instance_size, 1), cell.instance_alignment)
         self._address = self._memory.ctypes.data
-        self._function = cell._function
+        # The native entry as a builtin: call() runs it on this instance, the GIL released.
+        self._call = pycall.caller(cell.address, self._address)
         # A token that compute() takes for its native call: an atomic test-and-set (list.pop
         # and append), four times cheaper than a lock's non-blocking acquire and release.
         self._token = [True]
@@ -345,13 +343,25 @@ class Instance:
                              f"thread: an instance computes on one thread at a time (give "
                              f"each thread an instance of its own)") from None
         try:
-            status = self._function(self._address)
+            status = self._call()
         finally:
             self._token.append(True)
         if status:
-            step = self.cell.steps[status - 1]
-            raise InputError(f"op {step.name} ({step.type}): an index is out of range "
-                             f"(found at run time)")
+            raise self.failure(status)
+
+    @property
+    def native_call(self):
+        """:meth:`compute`'s native call without its checks, for a caller that has bound every
+        reference input and never calls it on two threads at once (a model's run path, under
+        its lock): ``native_call()`` computes and returns the cell's status, nonzero where a
+        step found bad input (:meth:`failure` is then compute()'s error)."""
+        return self._call
+
+    def failure(self, status):
+        """The InputError :meth:`compute` raises for the nonzero ``status`` of a call."""
+        step = self.cell.steps[status - 1]
+        return InputError(f"op {step.name} ({step.type}): an index is out of range "
+                          f"(found at run time)")
 
     def clear(self):
         """Set every tensor of the instance to zero (reference inputs stay bound)."""
