@@ -67,24 +67,36 @@ class CompiledCell(Compiled):
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __post_init__(self):
-        # (position, bind) per input the cell reads in place: the binders check those inputs.
-        # They bind every reference input of the cell (those of the inputs without elements
-        # are not references), so the run calls the instance's native code directly.
-        self._binds = [(self.input_names.index(s.name), self.instance.binder(s.var))
-                       for s in self.imported.inputs if 0 not in s.shape and s.var in self.cell]
-        self._unbound = self._checks({position for position, _ in self._binds})
-        self._views = [self._view(s) for s in self.imported.outputs]
-        self._static = not any(callable(view) for view in self._views)
-        self._call = self.instance.native_call
+        # The inputs the cell reads in place: every reference input of the cell (an input
+        # without elements is not one), bound by the instance's runner in native code.
+        bound = {self.input_names.index(s.name): s.var for s in self.imported.inputs
+                 if 0 not in s.shape and s.var in self.cell}
+        self._run = self.instance.runner(len(self.input_names), bound)
+        checks = self._checks()
+        self._unbound = [check for check in checks if check[0] not in bound]
+        self._bound = [check for check in checks if check[0] in bound]
+        positions = {s.var: self.input_names.index(s.name) for s in self.imported.inputs}
+        self._views = [self._view(s, positions) for s in self.imported.outputs]
+        self._static = not any(type(view) is tuple for view in self._views)
 
-    def _view(self, signature):
-        """An output's view in the instance, or a function making it (an input passed
-        through, whose array is bound at each run)."""
+    def _view(self, signature, positions):
+        """An output's view in the instance, or for an input passed through, (the input's
+        position, the output's shape)."""
         if 0 in signature.shape:
             return np.empty(signature.shape, dtypes.to_numpy(signature.dtype))
-        if self.cell.spec(signature.var).root().ref:
-            return lambda: self.instance.array(signature.var).reshape(signature.shape)
+        root = self.cell.spec(signature.var).root()
+        if root.ref:
+            return positions[root.name], signature.shape
         return self.instance.array(signature.var).reshape(signature.shape)
+
+    def _exact(self, given):
+        """``given`` with each array the cell reads in place seen as an ``ndarray`` of the
+        very dtype object the runner wants (for arrays that :func:`_fits` but are of a
+        subclass, or of an equal dtype that is another object)."""
+        exact = list(given)
+        for position, dtype, _, _ in self._bound:
+            exact[position] = given[position].view(dtype, np.ndarray)
+        return exact
 
     def run(self, given, targets):
         """The outputs for ``given`` (the inputs in input order): fresh copies, or written
@@ -95,14 +107,16 @@ class CompiledCell(Compiled):
         lock = self.lock
         lock.acquire()          # (a with statement costs twice as much)
         try:
-            for position, bind in self._binds:
-                if not bind(given[position]):       # read in place
+            status = self._run(*given)      # the arrays read in place
+            if status < 0:
+                if not _fits(self._bound, given):
                     return None
-            status = self._call()
+                status = self._run(*self._exact(given))
             if status:
                 raise self.instance.failure(status)
             views = self._views if self._static else \
-                [view() if callable(view) else view for view in self._views]
+                [given[view[0]].reshape(view[1]) if type(view) is tuple else view
+                 for view in self._views]
             if targets is not None:
                 return outputs.deliver(views, targets, self.output_names, copy=True)
             fresh = []

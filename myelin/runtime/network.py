@@ -349,13 +349,27 @@ class Instance:
         if status:
             raise self.failure(status)
 
-    @property
-    def native_call(self):
-        """:meth:`compute`'s native call without its checks, for a caller that has bound every
-        reference input and never calls it on two threads at once (a model's run path, under
-        its lock): ``native_call()`` computes and returns the cell's status, nonzero where a
-        step found bad input (:meth:`failure` is then compute()'s error)."""
-        return self._call
+    def runner(self, count, keys):
+        """A builtin ``run(*arrays)`` of ``count`` arguments that binds the argument at each
+        position of ``keys`` (position -> reference input, by Variable, name, alias or index)
+        to its input and computes as :meth:`compute` does, without its checks (its caller
+        serializes its calls): it returns the cell's status (nonzero where a step found bad
+        input, :meth:`failure` being compute()'s error for it), or -1, binding and computing
+        nothing, if an
+        argument is not an ``ndarray`` (not a subclass) of the input's very dtype object and
+        shape, C-contiguous. ``keys`` names every reference input of the cell. The runner
+        binds in native code, not as :meth:`bind` does: its caller keeps the arrays alive
+        while they are read, and computes through the runner alone."""
+        inputs = []
+        for position, key in keys.items():
+            spec = self.cell._tensors[self._resolve(key)]
+            if not spec.ref:
+                raise InputError(f"tensor {spec.name} is not a reference input")
+            inputs.append((position, dtypes.to_numpy(spec.dtype), spec.shape, spec.offset))
+        if len(inputs) != self.cell._references:
+            raise InputError(f"cell {self.cell.name} has {self.cell._references} reference "
+                             f"inputs: a runner binds them all")
+        return pycall.runner(self.cell.address, self._address, count, inputs)
 
     def failure(self, status):
         """The InputError :meth:`compute` raises for the nonzero ``status`` of a call."""

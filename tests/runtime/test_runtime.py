@@ -310,6 +310,42 @@ def test_a_binder_binds_what_bind_takes_and_refuses_the_rest():
         data.binder("f/y")
 
 
+def test_a_runner_binds_in_native_code_what_bind_takes_or_nothing():
+    """An instance's runner takes its arguments by position, binds those that are arrays of
+    the reference inputs' dtypes and shapes and computes; where one is not, it returns -1
+    and binds nothing."""
+    flow, x, a = _reference_flow()
+    cell = myelin.Compiler().compile(flow).cell("f")
+    data = cell.instance()
+    run = data.runner(3, {2: x, 0: a})       # run(a, unused, x)
+    rng = np.random.default_rng()
+    big = rng.random((120, 200), np.float32)
+    slot = cell.spec(x).offset // 8
+    for values in (rng.random((3, 5), np.float32), rng.random((3, 5), np.float32)):
+        assert run(big, None, values) == 0
+        np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(values + 1), rtol=1e-6)
+        assert data._words[slot] == address(values)
+
+    class Tagged(np.ndarray):
+        pass
+
+    other = rng.random((3, 5), np.float32)
+    for refused in (np.zeros((3, 5)), np.zeros((5, 3), np.float32).T,
+                    np.zeros((3, 4), np.float32), np.zeros(15, np.float32), other.view(Tagged),
+                    other.view(np.dtype(np.float32, metadata={"equal": "not the same"})),
+                    [[0.0] * 5] * 3, None):
+        assert run(big, None, refused) == -1
+        assert run(refused, None, other) == -1          # x is fine, a is not: x stays
+        assert data._words[slot] == address(values)
+    assert run(big, None) == -1 and run(big, None, values, values) == -1
+    assert run(big, None, other) == 0
+    np.testing.assert_allclose(data["f/y"].numpy(), np.tanh(other + 1), rtol=1e-6)
+    with pytest.raises(myelin.InputError, match="not a reference"):
+        data.runner(1, {0: "f/y"})
+    with pytest.raises(myelin.InputError, match="binds them all"):
+        data.runner(1, {0: x})
+
+
 def test_address_is_the_data_pointer():
     base = np.arange(24, dtype=np.float64).reshape(4, 6)
     for array in (base, base[1:], base[:, 2:], base.T, base[::2, ::3], np.float32(1.5) * base,

@@ -115,8 +115,9 @@ def test_runs_with_the_last_signature_compile_once_and_look_up_nothing(monkeypat
 
 
 def test_inputs_of_any_layout_and_kind():
-    """Strided arrays and subclasses run right; an array rebound or changed in place is read
-    as it is now; another dtype is an InputError, after which the model still runs."""
+    """Strided arrays, subclasses and arrays of an equal dtype object run right; an array
+    rebound or changed in place is read as it is now; another dtype is an InputError, after
+    which the model still runs."""
 
     class Tagged(np.ndarray):
         pass
@@ -126,8 +127,9 @@ def test_inputs_of_any_layout_and_kind():
     _close(model.run([x]), _expected(x))
     x[...] = _batch(3)                                   # the same array, new values
     _close(model.run([x]), _expected(x))
+    equal = np.dtype(np.float32, metadata={"equal": "another object"})
     for other in (np.asfortranarray(x), _batch(6)[::2], x.view(Tagged), _batch(3)[:, ::-1],
-                  np.asfortranarray(x).view(Tagged), x):
+                  np.asfortranarray(x).view(Tagged), x.view(equal), x):
         _close(model.run([other]), _expected(np.asarray(other)))
     with pytest.raises(InputError, match="input x is float32, got an array of float64"):
         model.run([x.astype(np.float64)])
