@@ -33,6 +33,7 @@ from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.codegen.llvm.kernelcache import KernelCache
+from myelin.codegen.llvm.kernels.base import pass_constants
 from myelin.errors import CompileError, FlowError
 from myelin.flow import dtypes, fileformat
 from myelin.memory import aligned_zeros
@@ -279,6 +280,7 @@ class Compiler:
         total = _steps_with_code(planned)
         done = itertools.count(1)
         self.progress("emit", 0, total)
+        pass_constants([step for cell in planned for step in cell.steps])
         for cell in planned:
             symbol = symbols[cell.name]
             emit_cell(module, symbol, cell.steps, target, self.alignment, functions,

@@ -165,15 +165,22 @@ def _fused_product_reference(op, inputs):
     return _run_recipe(op, _recipe(op), [product] + list(inputs[split:]))
 
 
+def _epilogue_operands(op):
+    return [None] + list(range(first_extra(op), len(op.inputs)))
+
+
 register(OpDef("Calculate", Kind.OPAQUE, _calculate_infer, _calculate_reference,
                attrs={"expr": None, "axis": None, "keepdims": False}, inputs=(1, None),
-               outputs=None, doc="fused element-wise ops and trailing reductions (a recipe)"))
+               outputs=None, doc="fused element-wise ops and trailing reductions (a recipe)",
+               recipe_operands=lambda op: list(range(len(op.inputs)))))
 register(OpDef("FusedMatMul", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
                attrs={"expr": None, "transpose_a": False, "transpose_b": False,
                       "weights": ""},
-               inputs=(2, None), doc="a matrix product with a fused element-wise epilogue"))
+               inputs=(2, None), doc="a matrix product with a fused element-wise epilogue",
+               recipe_operands=_epilogue_operands))
 register(OpDef("FusedConv", Kind.OPAQUE, _fused_product_infer, _fused_product_reference,
                attrs=dict(CONV_ATTRS, channel_block=0, input_block=0, winograd=0, expr=None,
                           bias=False),
                inputs=(2, None),
-               doc="a convolution with a fused element-wise epilogue"))
+               doc="a convolution with a fused element-wise epilogue",
+               recipe_operands=_epilogue_operands))

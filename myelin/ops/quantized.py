@@ -60,6 +60,14 @@ def _reference(op, inputs):
     return [np.matmul(a - a_zero.reshape(()), b).astype(np.int32)]
 
 
+_FIRST_RECIPE_INPUT = 5     # a ConvInteger's recipe reads its inputs from this one on
+
+
+def recipe_inputs(op):
+    """The inputs of a ConvInteger ``op`` that its recipe reads as ``%1``, ``%2``, ..."""
+    return list(op.inputs[_FIRST_RECIPE_INPUT:])
+
+
 def conv_part(op):
     """The Conv of ``x`` by ``w`` with ``op``'s attributes that a ConvInteger ``op`` computes
     on its shifted bytes (for :func:`myelin.ops.conv.geometry`)."""
@@ -96,7 +104,7 @@ def _conv_infer(op):
                             f"{param.type_string()}")
     recipe = epilogue(op)
     if recipe is not None:
-        values = [ValueType(f"{op.name}[dequantized]", scale.dtype, shape)] + op.inputs[5:]
+        values = [ValueType(f"{op.name}[dequantized]", scale.dtype, shape)] + recipe_inputs(op)
         (result,) = _infer_recipe(op, recipe, values)
         if (result.dtype, tuple(result.shape)) != (scale.dtype, tuple(shape)):
             raise error(op, f"the recipe must keep {scale.dtype}{list(shape)}, not "
@@ -112,7 +120,9 @@ def _conv_reference(op, inputs):
     channel = (-1,) + (1,) * (y.ndim - 2)
     y = y * np.reshape(inputs[3], channel) + np.reshape(inputs[4], channel)
     recipe = epilogue(op)
-    return [y] if recipe is None else _run_recipe(op, recipe, [y] + list(inputs[5:]))
+    if recipe is None:
+        return [y]
+    return _run_recipe(op, recipe, [y] + list(inputs[_FIRST_RECIPE_INPUT:]))
 
 
 register(OpDef("MatMulInteger", Kind.OPAQUE, _infer, _reference, inputs=(3, 3),
@@ -120,4 +130,6 @@ register(OpDef("MatMulInteger", Kind.OPAQUE, _infer, _reference, inputs=(3, 3),
 register(OpDef("ConvInteger", Kind.OPAQUE, _conv_infer, _conv_reference, inputs=(3, None),
                attrs=dict(conv.CONV_ATTRS, expr=None, dtype=None),
                doc="Conv of (x - x_zero) by w for uint8/int8 x and int8/int16 w, in int32; "
-                   "or dequantized and requantized by a recipe"))
+                   "or dequantized and requantized by a recipe",
+               recipe_operands=lambda op: [None] + list(range(_FIRST_RECIPE_INPUT,
+                                                              len(op.inputs)))))

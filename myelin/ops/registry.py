@@ -64,7 +64,10 @@ class OpDef:
     input for a binary op): tests draw from it. ``expansion(e, *args)``, for a composite op,
     builds its value from other ops through an :class:`Expander` ``e`` (which also reads the
     op's attributes); a back end that has no lowering of its own for the op lowers the
-    expansion (:func:`expand`).
+    expansion (:func:`expand`). ``recipe_operands(op)``, for an op that applies a recipe
+    (attribute ``expr``, :mod:`myelin.ops.recipe`), lists what each ``%k`` of the recipe
+    reads: the position of an input of the op, or None for a value the op computes (a
+    product's ``%0``).
     """
 
     type: str
@@ -80,6 +83,7 @@ class OpDef:
     helper: str | None = ""
     domain: tuple | None = None
     expansion: Callable | None = None
+    recipe_operands: Callable | None = None
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -15,7 +15,8 @@ code compiled for one network serves any other with that kernel
 A root argument is ``noalias`` where no other root of the step may overlap it (see
 :func:`~.kernels.base.may_alias`). Constants
 small enough to be compiled into the code stay in it (:func:`~.kernels.base.inlined`): their
-values are part of the text.
+values are part of the text; those that steps alike but for them take as arguments
+(:func:`~.kernels.base.pass_constants`) are not.
 """
 
 import dataclasses

@@ -130,6 +130,41 @@ def test_convolutions_of_one_signature_share_code_with_weights_of_their_own(
     assert relative_error(np.asarray(data["f/y"])[0], want) < 1e-5
 
 
+def test_steps_differing_in_scales_alone_share_code(emitted):
+    """Products whose epilogues shift and scale by constants of their own (as an int8
+    network's layers requantize) take those constants as arguments and share one kernel;
+    constants the steps all have alike, or that a Maximum reads, stay compiled in: the
+    fourth product's floor differs, so its kernel is its own and has its constants in it."""
+    rng = np.random.default_rng(6)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    h = f.var("x", myelin.DT_FLOAT, [8, 64])
+    weights = [rng.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(4)]
+    shifts, scales, floors = [0.25, -0.5, 3.0, 0.75], [0.7, 1.3, 0.45, 0.9], [-0.1] * 3 + [0.2]
+    for i, w in enumerate(weights):
+        product = f.matmul(h, f.array(f"W{i}", w))
+        scaled = f.mul(f.add(product, f.array(f"shift{i}", np.float32(shifts[i]))),
+                       f.array(f"scale{i}", np.float32(scales[i])))
+        h = f.maximum(scaled, f.array(f"floor{i}", np.float32(floors[i])))
+    f.rename(h, "y")
+    network = myelin.Compiler(cache=False, threads=1).compile(flow)
+    products = [step for step in network.cell("f").steps if step.type == "FusedMatMul"]
+    assert len(products) == 4 and len(set(emitted) & {step.name for step in products}) == 2
+    small = {spec.name.split("/")[-1]: spec.passed for step in products
+             for spec in (t.root() for t in step.inputs) if spec.elements == 1}
+    assert small == {"shift0": True, "shift1": True, "shift2": True, "scale0": True,
+                     "scale1": True, "scale2": True, "floor0": False, "shift3": False,
+                     "scale3": False, "floor3": False}, small
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    want = x.astype(np.float64)
+    for i, w in enumerate(weights):
+        want = np.maximum((want @ w + shifts[i]) * scales[i], floors[i])
+    data = network.cell("f").instance()
+    data["f/x"] = x
+    data.compute()
+    assert relative_error(np.asarray(data["f/y"]), want) < 1e-5
+
+
 def _conv_reference(x, w, b, stride, pad):
     """relu(conv(x, w) + b) in float64, for one image (C, H, W)."""
     x = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad)))

@@ -125,6 +125,9 @@ class DepthwiseConvKernel(OutlinedKernel):
     def flops(self, step):
         return 2 * step.outputs[0].elements * math.prod(step.inputs[1].shape[1:])
 
+    def loaded_inputs(self, step):
+        return (2,) if step.type == "ConvInteger" else ()     # the zero point
+
     def emit_body(self, ctx, step):
         g = _geometry(step)
         dtype = _compute_type(step)
@@ -175,7 +178,8 @@ class _Piece:
             self.recipe = requantization(step)
             if self.recipe is not None:
                 self.scalars = [irutil.splat(b, irutil.load(b, ctx.pointer(v), v.dtype),
-                                             shape.lanes) for v in step.inputs[5:]]
+                                             shape.lanes)
+                                for v in quantized_ops.recipe_inputs(step)]
 
     def _float(self, value, dtype):
         """Integers ``value`` of ``dtype`` as the compute type."""

@@ -44,7 +44,7 @@ from myelin.codegen.llvm.kernels.matmul import Plan, choices
 from myelin.codegen.llvm.kernels.matmul_int8 import PMADDWD, VPDPBUSD, Product, product
 from myelin.ops import conv as conv_ops
 from myelin.ops.fused import ValueType
-from myelin.ops.quantized import conv_part
+from myelin.ops.quantized import conv_part, recipe_inputs
 from myelin.plan import recipe as plan_recipes
 
 I16 = ir.IntType(16)
@@ -63,7 +63,7 @@ def requantization(step):
         if not step.attrs.get_str("expr"):
             return None
         dequantized = ValueType("%0", step.inputs[3].dtype, step.outputs[0].shape)
-        return TypedRecipe(step, [dequantized] + step.inputs[5:])
+        return TypedRecipe(step, [dequantized] + recipe_inputs(step))
     return plan_recipes.once(_RECIPES, step, make)
 
 
@@ -126,6 +126,9 @@ class ConvInt8Kernel(Kernel):
     def variant(self, step, target):
         return f"{target.isa()}{_product(step, target).name}"
 
+    def loaded_inputs(self, step):
+        return (2,)     # the zero point, loaded as the fill byte and the correction's factor
+
     def choices(self, step, target):
         g = _geometry(step)
         return choices(target, g.out_channels // g.group, math.prod(g.output), "int32")
@@ -185,7 +188,7 @@ class _Task(_ConvTask):
             self.correction = b.zext(unsigned, I32)
             self.sums = ctx.keep(self.sums)
         self.scalars = [irutil.load(b, ctx.pointer(s), s.dtype)
-                        for s in self.step.inputs[5:]]
+                        for s in recipe_inputs(self.step)]
 
     def store_loop(self, vector):
         # A dequantized store (a scale, a bias and the recipe) in a loop over the tile's rows:

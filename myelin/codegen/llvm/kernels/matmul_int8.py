@@ -136,6 +136,9 @@ class MatMulInt8Kernel(Kernel):
     def variant(self, step, target):
         return f"{target.isa()}{product(target, step.inputs[1].dtype).name}"
 
+    def loaded_inputs(self, step):
+        return (2,)     # A's zero point (a variable where quantization is dynamic)
+
     def choices(self, step, target):
         return choices(target, math.prod(step.inputs[0].shape[:-1]),
                        step.outputs[0].shape[-1], "int32")
