@@ -173,16 +173,18 @@ def _cached(key, functions, externals):
 def signature(step, arguments, instance_alignment):
     """All a kernel that shares code may read of ``step`` (whose kernel function takes the
     root tensors ``arguments``) as it emits: the kernel, the step's type, attributes, variant
-    and options, and of each tensor its type, which argument holds it, whether its root is a
-    global and of which kind, how that is aligned and may alias the others, and the values
-    of constants compiled into the code. The target, threads and alignment of the instance
-    are the network's."""
+    and options, and of each tensor its type, what the code depends on of its shape
+    (:meth:`~myelin.codegen.llvm.kernels.Kernel.code_shapes`), which argument holds it,
+    whether its root is a global and of which kind, how that is aligned and may alias the
+    others, and the values of constants compiled into the code. The target, threads and
+    alignment of the instance are the network's."""
     position = {id(root): index for index, root in enumerate(arguments)}
     tensors = []
-    for tensor in list(step.inputs) + list(step.outputs):
+    for tensor, shape in zip(list(step.inputs) + list(step.outputs),
+                             step.kernel.code_shapes(step)):
         root = tensor.root()
         var = getattr(root, "var", None)
-        tensors.append((tensor.dtype, tuple(tensor.shape), position.get(id(root)),
+        tensors.append((tensor.dtype, shape, position.get(id(root)),
                         tensor is root, root.is_global and root.kind, root.ref,
                         root.address is None,
                         root.alignment, var is not None and var.data is not None,
@@ -243,8 +245,9 @@ class _KernelContext(ArgumentContext):
         self.fails = True
         super().fail_if(condition)
 
-    def parallel(self, name, tensors, count, emit_task, outline=False):
+    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False,
+                 alone=None):
         # (task functions are named without the step's name, which is not the kernel's)
         if self.step.name:
             name = name.replace(self.step.name, "step")
-        super().parallel(name, tensors, count, emit_task, outline)
+        super().parallel(name, tensors, count, emit_task, outline, glue, alone)

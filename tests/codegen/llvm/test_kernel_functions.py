@@ -165,6 +165,40 @@ def test_steps_differing_in_scales_alone_share_code(emitted):
     assert relative_error(np.asarray(data["f/y"]), want) < 1e-5
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_element_wise_steps_of_other_sizes_share_code(threads, emitted):
+    """Element-wise steps whose operands are runs of their elements (or one value) read
+    their count as they run: steps alike but for their sizes share one kernel (a Calculate
+    and a single op each), right for counts with and without a partial last vector, below
+    one vector and large enough to be split over threads."""
+    rng = np.random.default_rng(7)
+    sizes = [5, 16, 100, 1037, 89605]
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    for n in sizes:
+        x = f.var(f"x{n}", myelin.DT_FLOAT, [1, n])
+        y = f.var(f"y{n}", myelin.DT_FLOAT, [n])
+        f.rename(f.tanh(f.add(f.mul(x, 1.5), f.array(f"shift{n}", np.float32(n / 7)))),
+                 f"z{n}")
+        f.rename(f.sub(y, x), f"d{n}")
+    network = myelin.Compiler(cache=False, threads=threads).compile(flow)
+    steps = network.cell("f").steps
+    calculates = {s.name for s in steps if s.type == "Calculate"}
+    subtractions = {s.name for s in steps if s.type == "Sub"}
+    assert len(calculates) == len(subtractions) == len(sizes)
+    assert len(set(emitted) & calculates) == 1 and len(set(emitted) & subtractions) == 1
+    data = network.cell("f").instance()
+    for n in sizes:
+        data[f"f/x{n}"] = rng.standard_normal((1, n)).astype(np.float32)
+        data[f"f/y{n}"] = rng.standard_normal(n).astype(np.float32)
+    data.compute()
+    for n in sizes:
+        x = np.asarray(data[f"f/x{n}"]).astype(np.float64)
+        y = np.asarray(data[f"f/y{n}"]).astype(np.float64)
+        assert relative_error(np.asarray(data[f"f/z{n}"]), np.tanh(x * 1.5 + n / 7)) < 1e-6
+        assert relative_error(np.asarray(data[f"f/d{n}"]), y - x) < 1e-6
+
+
 def _conv_reference(x, w, b, stride, pad):
     """relu(conv(x, w) + b) in float64, for one image (C, H, W)."""
     x = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad)))

@@ -13,6 +13,7 @@ share code.
 
 import hashlib
 import math
+import weakref
 
 import llvmlite.ir as ir
 import numpy as np
@@ -67,6 +68,12 @@ class Kernel(PlannedKernel):
         them: for a step whose code is another's (see ``shares_code``)."""
         return []
 
+    def code_shapes(self, step):
+        """What the code emitted for ``step`` depends on of the shapes of its inputs and
+        outputs (in order; part of its :func:`~myelin.codegen.llvm.kernelfunc.signature`):
+        by default, the shapes."""
+        return [tuple(t.shape) for t in step.inputs + step.outputs]
+
     def loaded_inputs(self, step):
         """Positions of one-element inputs of ``step`` that the kernel only loads as it runs
         (as it would a variable's) and LLVM folds into nothing: :func:`pass_constants` passes
@@ -117,14 +124,16 @@ class EmitContext:
         size = -(-units // max(tasks, 1))
         return -(-units // max(size, 1)), size
 
-    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False):
+    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False,
+                 alone=None):
         """Run ``emit_task(ctx, index)`` for ``index`` in [0, count): inline for one task or
         one thread, else as a function ``void(ptr, i64)`` whose tasks the worker pool and
         the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``.
         ``outline`` puts the tasks in a function of their own even on one thread: LLVM
         allocates the registers of a large kernel better there than inline in a long cell.
         ``glue`` (with ``outline``) says that the tasks only call the functions doing the
-        work (:func:`mark_glue`)."""
+        work (:func:`mark_glue`). ``alone``, an i1 value, has the calling thread run all the
+        tasks where it holds (work too small to share, known at run time)."""
         b = self.builder
         if not outline and (count == 1 or self.threads <= 1):
             if count == 1:
@@ -146,8 +155,17 @@ class EmitContext:
             return
         parallel_for = self.externals.pointer(
             b, ("pool", self.threads), threads.pool(self.threads).parallel_for_address)
-        irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
-                            [function, slots, irutil.i64(count)])
+        if alone is None:
+            irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
+                                [function, slots, irutil.i64(count)])
+            return
+        with b.if_else(alone) as (by_itself, shared):
+            with by_itself:
+                with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
+                    b.call(function, [slots, index])
+            with shared:
+                irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
+                                    [function, slots, irutil.i64(count)])
 
     def _outline(self, name, tensors, emit_task, glue=False):
         """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
@@ -263,11 +281,15 @@ def pass_constants(steps):
     allowed, wanted, roots = {}, set(), {}
     groups = {}         # the steps alike but for their candidates: (values of candidates)
     for step in steps:
-        loaded = step.kernel.loaded_inputs(step) if isinstance(step.kernel, Kernel) else ()
-        key, values = [type(step.kernel), step.type, repr(sorted(step.attrs.items()))], []
+        ours = isinstance(step.kernel, Kernel)
+        loaded = step.kernel.loaded_inputs(step) if ours else ()
+        shapes = step.kernel.code_shapes(step) if ours else \
+            [tuple(t.shape) for t in step.inputs + step.outputs]
+        key, values = [type(step.kernel), step.type, step.variant,
+                       repr(sorted(step.attrs.items())), shapes[len(step.inputs):]], []
         for position, (tensor, uses) in enumerate(zip(step.inputs, _operand_uses(step))):
             root = tensor.root()
-            key.append((tensor.dtype, tuple(tensor.shape)))
+            key.append((tensor.dtype, shapes[position]))
             if root.kind != CONSTANT or root.elements != 1:
                 continue
             value = float(np.asarray(root.var.data, np.float64).reshape(()))
@@ -278,7 +300,7 @@ def pass_constants(steps):
             allowed.setdefault(id(root), True)
             roots[id(root)] = root
             values.append((id(root), value))
-        key += [(t.dtype, tuple(t.shape)) for t in step.outputs]
+        key += [t.dtype for t in step.outputs]
         groups.setdefault(repr(key), []).append(values)
     for members in groups.values():
         for column in zip(*members):       # (the candidates at one place in each step)
@@ -413,6 +435,108 @@ def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
                 run(last)
 
     ctx.parallel(name, tensors, tasks, task)
+
+
+_RUN_COUNTS = weakref.WeakKeyDictionary()   # element-wise step of one run: its count, kept
+
+
+def run_count(step, domain):
+    """For an element-wise step over ``domain`` whose inputs are each one run of its
+    elements or one value read for all, and whose outputs are runs: an int64 array holding
+    its element count, which its code reads as it runs, so that steps of other sizes share
+    the code (:func:`parallel_run`; the same array for each call on a step); else None."""
+    if step not in _RUN_COUNTS:
+        full = contiguous_strides(domain)
+
+        def run_or_value(tensor):       # (the strides of axes of one index do not matter)
+            strides = loops.broadcast_strides(tensor.shape, domain)
+            return tensor.elements == 1 or all(
+                mine == whole for mine, whole, size in zip(strides, full, domain) if size > 1)
+        runs = 0 not in domain and all(run_or_value(t) for t in step.inputs)
+        _RUN_COUNTS[step] = np.array([math.prod(domain)], np.int64) if runs else None
+    return _RUN_COUNTS[step]
+
+
+def run_shapes(step):
+    """A step of one run's :meth:`Kernel.code_shapes`: whether each input and output is the
+    run or a value read for all (the loop's vector width is the kernel's variant's)."""
+    return [("run",) if whole else () for whole in _whole(step)]
+
+
+def _whole(step):
+    """For each input and output of a step of one run, True if it is the run."""
+    return [t.elements > 1 for t in step.inputs] + [True] * len(step.outputs)
+
+
+def parallel_run(ctx, step, count, width, body, flops):
+    """The element-wise ``body(builder, values)`` over a step of one run (:func:`run_count`),
+    its element count read as the code runs, in vectors of ``width``: in tasks of whole
+    vectors that the threads share where the count is large (``flops``: the work per element
+    besides moving it), all in the first where it is small."""
+    tasks = ctx.threads * TASKS_PER_THREAD if ctx.threads > 1 else 1
+
+    def elements(sub):
+        return sub.builder.load(sub.keep(count), typ=irutil.I64)
+
+    def alone(sub, total):
+        work = sub.builder.mul(total, irutil.i64(ELEMENT_WORK + flops))
+        return sub.builder.icmp_unsigned("<", work, irutil.i64(PARALLEL_WORK))
+
+    def task(sub, index):
+        b = sub.builder
+        total = elements(sub)
+        start, run = irutil.i64(0), total
+        if tasks > 1:
+            parts = b.select(alone(sub, total), irutil.i64(1), irutil.i64(tasks))
+            chunk = irutil.i64(max(width, 16))
+            share = b.udiv(b.add(total, b.sub(parts, irutil.i64(1))), parts)
+            size = b.mul(b.udiv(b.add(share, b.sub(chunk, irutil.i64(1))), chunk), chunk)
+            start = b.mul(index, size)
+            start = b.select(b.icmp_unsigned("<", start, total), start, total)
+            end = b.add(start, size)
+            run = b.sub(b.select(b.icmp_unsigned("<", end, total), end, total), start)
+        operands = []
+        for tensor, whole in zip(step.inputs + step.outputs, _whole(step)):
+            pointer = sub.pointer(tensor)
+            if whole:
+                pointer = irutil.element_ptr(b, pointer, tensor.dtype, start)
+            operands.append(Operand(pointer, tensor.dtype, (int(whole),), tensor.itemsize))
+        loops.elementwise_count(b, run, width, operands[:len(step.inputs)],
+                                operands[len(step.inputs):],
+                                lambda b, values, lanes: body(b, values))
+    if tasks == 1:
+        task(ctx, irutil.i64(0))
+        return
+    ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, tasks, task,
+                 alone=alone(ctx, elements(ctx)))
+
+
+class RunKernel(Kernel):
+    """A kernel of element-wise steps whose steps of one run (:func:`run_count`) read their
+    element count as they run (:func:`parallel_run`), so that steps of other sizes share
+    their code. Subclasses give the element-wise domain of a step (``run_domain``)."""
+
+    def run_domain(self, step):
+        """The domain of ``step``'s element-wise loop, or None where it is not one."""
+        raise NotImplementedError
+
+    def count(self, step):
+        """The element count its code reads as it runs, for a step of one run; else None."""
+        domain = self.run_domain(step)
+        return None if domain is None else run_count(step, domain)
+
+    def code_shapes(self, step):
+        return super().code_shapes(step) if self.count(step) is None else run_shapes(step)
+
+    def kept(self, ctx, step):
+        count = self.count(step)
+        return [] if count is None else [count]
+
+    def emit_run(self, ctx, step, body, flops):
+        """``body(builder, values)`` over a step of one run, in vectors of its operands'
+        widest elements, the last partial."""
+        width = min(loops.lanes(ctx.target, t.dtype) for t in step.inputs + step.outputs)
+        parallel_run(ctx, step, self.count(step), width, body, flops)
 
 
 class ArgumentContext(EmitContext):

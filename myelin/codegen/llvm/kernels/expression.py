@@ -1,10 +1,10 @@
 """The element-wise kernel: any op with an element-wise lowering, with NumPy broadcasting."""
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import RunKernel, parallel_elementwise
 
 
-class ElementwiseKernel(Kernel):
+class ElementwiseKernel(RunKernel):
     """``out[i] = op(in0[i], in1[i], ...)`` in one vectorized loop nest (name ``<Op>Expr``)."""
 
     name = "Expr"
@@ -20,7 +20,9 @@ class ElementwiseKernel(Kernel):
     def variant(self, step, target):
         out = step.outputs[0]
         lanes = max(1, target.vector_bytes // max(t.itemsize for t in step.inputs + step.outputs))
-        return f"{target.isa()}x{lanes}" if out.elements >= lanes else f"{target.isa()}x1"
+        # (a run of any count is computed in vectors, the last partial)
+        vectors = out.elements >= lanes or self.count(step) is not None
+        return f"{target.isa()}x{lanes if vectors else 1}"
 
     def inplace(self, step):
         out = step.outputs[0]
@@ -30,16 +32,23 @@ class ElementwiseKernel(Kernel):
     def flops(self, step):
         return step.outputs[0].elements
 
+    def run_domain(self, step):
+        return step.outputs[0].shape
+
     def emit(self, ctx, step):
         out = step.outputs[0]
         in_dtypes = [t.dtype for t in step.inputs]
 
+        def body(builder, values, lanes=None):
+            return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
+
+        if self.count(step) is not None:
+            self.emit_run(ctx, step, body, flops=1)
+            return
+
         def operands(sub):
             return ([sub.operand(t, loops.broadcast_strides(t.shape, out.shape))
                      for t in step.inputs], [sub.operand(out)])
-
-        def body(builder, values, lanes):
-            return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
 
         parallel_elementwise(ctx, f"{step.type}.{step.name}", step.inputs + step.outputs,
                              out.shape, operands, body, flops=1)

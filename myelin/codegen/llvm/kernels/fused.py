@@ -7,6 +7,9 @@ registers. :class:`CalculateKernel` runs it in one loop nest over the op's domai
 broadcast of its inputs). Reductions may only be trailing parts that reduce the domain's last
 axis: each row is then computed in a vector loop that also folds every reduction into a vector
 accumulator, a scalar loop for the remainder, a horizontal reduction and one store per row.
+A step without reductions whose inputs are each a run of its elements or one value reads
+its element count as it runs (:class:`~.base.RunKernel`), so steps of other sizes share
+its code.
 """
 
 import weakref
@@ -15,7 +18,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import RunKernel, parallel_elementwise
 from myelin.codegen.llvm.kernels.reduction import combiner, horizontal
 from myelin.flow import dtypes
 from myelin.ops import recipe as recipes
@@ -101,7 +104,7 @@ def epilogue(step):
                              lambda s: plan_recipes.epilogue(s, elementwise.supported, TypedRecipe))
 
 
-class CalculateKernel(Kernel):
+class CalculateKernel(RunKernel):
     """A ``Calculate`` recipe in one vectorized loop nest (see the module docstring)."""
 
     name = "Calculate"
@@ -121,7 +124,9 @@ class CalculateKernel(Kernel):
         plan = self.plan(step)
         lanes = loops.lanes(target, step.outputs[0].dtype)
         extent = plan.domain[-1] if plan.reductions else int(np.prod(plan.domain))
-        return f"{target.isa()}x{lanes if extent >= lanes else 1}"
+        # (a run of any count is computed in vectors, the last partial)
+        vectors = extent >= lanes or self.count(step) is not None
+        return f"{target.isa()}x{lanes if vectors else 1}"
 
     def inplace(self, step):
         plan, out = self.plan(step), step.outputs[0]
@@ -133,8 +138,16 @@ class CalculateKernel(Kernel):
         plan = self.plan(step)
         return int(np.prod(plan.domain)) * len(plan.typed.parts)
 
+    def run_domain(self, step):
+        plan = self.plan(step)
+        return None if plan.reductions else plan.domain
+
     def emit(self, ctx, step):
         plan = self.plan(step)
+        if self.count(step) is not None:
+            self.emit_run(ctx, step, lambda b, values: plan.typed.evaluate(b, values),
+                          len(plan.typed.parts))
+            return
 
         def operands(sub):
             return ([sub.operand(t, loops.broadcast_strides(t.shape, plan.domain))
