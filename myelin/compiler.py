@@ -33,7 +33,7 @@ from myelin.codegen.llvm import target as targets
 from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.codegen.llvm.kernelcache import KernelCache
-from myelin.codegen.llvm.kernels.base import pass_constants
+from myelin.codegen.llvm.kernels.constants import pass_constants
 from myelin.errors import CompileError, FlowError
 from myelin.flow import dtypes, fileformat
 from myelin.memory import aligned_zeros

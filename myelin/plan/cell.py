@@ -42,7 +42,7 @@ class TensorSpec:
     slice_offset: int = 0
     ref: bool = False              # the instance holds a pointer to the elements (inputs only)
     # A small constant that a back end passes to its kernels as they run rather than compiling
-    # its value into their code (myelin.codegen.llvm.kernels.base.pass_constants).
+    # its value into their code (myelin.codegen.llvm.kernels.constants.pass_constants).
     passed: bool = False
 
     @property

@@ -341,15 +341,34 @@ def load(builder, ptr, dtype, width=1, align=None):
 
 def store(builder, value, ptr, dtype, align=None):
     """Convert ``value`` from the compute type of ``dtype`` and store it at ``ptr``."""
+    builder.store(_to_memory(builder, value, dtype), ptr, align=align or dtypes.itemsize(dtype))
+
+
+def masked_store(builder, value, ptr, dtype, mask):
+    """Store the lanes of the vector ``value`` (the compute type of ``dtype``) where ``mask``
+    (a vector of i1) holds at ``ptr``, as :func:`store` would; the others are not written,
+    so they may lie outside the array (the counterpart of :func:`masked_load`)."""
+    value = _to_memory(builder, value, dtype)
+    if isinstance(value.type.element, ir.HalfType):
+        value = builder.bitcast(value, vector_of(I16, mask.type.count))
+    name = f"llvm.masked.store.v{mask.type.count}{_intrinsic_suffix(value.type.element)}.p0"
+    module = builder.module
+    function = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [value.type, PTR, I32, mask.type]), name)
+    builder.call(function, [value, ptr, ir.Constant(I32, dtypes.itemsize(dtype)), mask])
+
+
+def _to_memory(builder, value, dtype):
+    """``value`` of the compute type of ``dtype`` as :func:`store` writes it."""
     width = width_of(value)
     if dtype == "bool":
-        value = builder.zext(value, vector_of(I8, width))
-    elif dtype == "float16":
-        value = (float_to_half(builder, value) if _soft_half(builder)
-                 else builder.fptrunc(value, vector_of(ir.HalfType(), width)))
-    elif dtype == "bfloat16":
-        value = float_to_bfloat16(builder, value)
-    builder.store(value, ptr, align=align or dtypes.itemsize(dtype))
+        return builder.zext(value, vector_of(I8, width))
+    if dtype == "float16":
+        return (float_to_half(builder, value) if _soft_half(builder)
+                else builder.fptrunc(value, vector_of(ir.HalfType(), width)))
+    if dtype == "bfloat16":
+        return float_to_bfloat16(builder, value)
+    return value
 
 
 def half_to_float(builder, bits):

@@ -16,7 +16,7 @@ A root argument is ``noalias`` where no other root of the step may overlap it (s
 :func:`~.kernels.base.may_alias`). Constants
 small enough to be compiled into the code stay in it (:func:`~.kernels.base.inlined`): their
 values are part of the text; those that steps alike but for them take as arguments
-(:func:`~.kernels.base.pass_constants`) are not.
+(:func:`~.kernels.constants.pass_constants`) are not.
 """
 
 import dataclasses
@@ -245,9 +245,8 @@ class _KernelContext(ArgumentContext):
         self.fails = True
         super().fail_if(condition)
 
-    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False,
-                 alone=None):
+    def parallel(self, name, tensors, count, emit_task, outline=False):
         # (task functions are named without the step's name, which is not the kernel's)
         if self.step.name:
             name = name.replace(self.step.name, "step")
-        super().parallel(name, tensors, count, emit_task, outline, glue, alone)
+        super().parallel(name, tensors, count, emit_task, outline)

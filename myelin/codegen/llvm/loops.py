@@ -192,72 +192,47 @@ def elementwise(builder, target, shape, inputs, outputs, body, vectorize=True):
 def elementwise_count(builder, count, width, inputs, outputs, body):
     """:func:`elementwise` over ``count`` elements, an i64 known only at run time, of
     operands of one dimension whose stride is 1, or 0 (an input read once), in vectors of
-    ``width``: ``UNROLL`` vectors an iteration, then single ones, then the last, partial
-    vector through stack buffers whose unused lanes hold ones. Nothing is assumed of the
-    operands' alignment beyond their elements'."""
-    operands = list(inputs) + list(outputs)
-    buffers = {}
-    if width > 1:
-        with builder.goto_entry_block():
-            for op in operands:
-                if op.strides[-1]:
-                    buffer = builder.alloca(ir.ArrayType(irutil.storage_type(op.dtype), width),
-                                            name="tail")
-                    buffer.type = irutil.PTR  # llvmlite types allocas; the module is opaque
-                    buffers[id(op)] = buffer
+    ``width``: ``UNROLL`` vectors an iteration, then the rest one vector at a time through
+    masked loads and stores, the last partial (its unused input lanes ones). Nothing is
+    assumed of the operands' alignment beyond their elements'."""
     splats = {id(op): irutil.splat(builder, irutil.load(builder, op.ptr, op.dtype), width)
               for op in inputs if not op.strides[-1]}
 
-    def vectors(starts, tail=False):
-        """Compute the vectors whose first elements are ``starts`` (i64 values), or the
-        last, partial vector in the buffers."""
-        def at(op, start):
-            return buffers[id(op)] if tail else irutil.element_ptr(builder, op.ptr, op.dtype,
-                                                                   start)
-        results = [body(builder, [splats[id(op)] if id(op) in splats else
-                                  irutil.load(builder, at(op, start), op.dtype, width)
-                                  for op in inputs], width) for start in starts]
+    def vectors(starts, mask=None):
+        """Compute the vectors whose first elements are ``starts`` (i64 values), those
+        lanes alone where a ``mask`` is given."""
+        def load(op, start):
+            at = irutil.element_ptr(builder, op.ptr, op.dtype, start)
+            if mask is None:
+                return irutil.load(builder, at, op.dtype, width)
+            memory = irutil.vector_of(irutil._memory_type(op.dtype), width)
+            value = irutil.masked_load(builder, at, op.dtype, mask, irutil.const(memory, 0))
+            return builder.select(mask, value, irutil.const(value.type, 1))
+        results = [body(builder, [splats.get(id(op)) or load(op, start) for op in inputs],
+                        width) for start in starts]
         for start, values in zip(starts, results):
             for op, value in zip(outputs, values):
-                irutil.store(builder, value, at(op, start), op.dtype)
+                at = irutil.element_ptr(builder, op.ptr, op.dtype, start)
+                if mask is None:
+                    irutil.store(builder, value, at, op.dtype)
+                else:
+                    irutil.masked_store(builder, value, at, op.dtype, mask)
 
-    def start_of(block):
-        return builder.mul(block, irutil.i64(width))
-    blocks = builder.udiv(count, irutil.i64(width))
-    groups = builder.udiv(blocks, irutil.i64(UNROLL)) if width > 1 else irutil.i64(0)
-    with irutil.for_range(builder, 0, groups, name="u") as group:
-        first = builder.mul(group, irutil.i64(UNROLL))
-        vectors([start_of(builder.add(first, irutil.i64(k))) for k in range(UNROLL)])
-    with irutil.for_range(builder, builder.mul(groups, irutil.i64(UNROLL)), blocks,
-                          name="v") as block:
-        vectors([start_of(block)])
     if width == 1:
+        with irutil.for_range(builder, 0, count, name="v") as index:
+            vectors([index])
         return
-    done = start_of(blocks)
-    tail = builder.sub(count, done)
-    with builder.if_then(builder.icmp_unsigned("!=", tail, irutil.i64(0))):
-        for op in inputs:
-            if id(op) in buffers:
-                one = irutil.const(irutil.storage_type(op.dtype), 1)
-                for k in range(width):
-                    builder.store(one, irutil.element_ptr(builder, buffers[id(op)], op.dtype,
-                                                          irutil.i64(k)))
-                _copy_run(builder, op.dtype, irutil.element_ptr(builder, op.ptr, op.dtype, done),
-                          buffers[id(op)], tail)
-        vectors([None], tail=True)
-        for op in outputs:
-            _copy_run(builder, op.dtype, buffers[id(op)],
-                      irutil.element_ptr(builder, op.ptr, op.dtype, done), tail)
-
-
-def _copy_run(builder, dtype, source, target, count):
-    """Copy ``count`` (an i64) elements of ``dtype`` from ``source`` to ``target``."""
-    storage = irutil.storage_type(dtype)
-    size = dtypes.itemsize(dtype)
-    with irutil.for_range(builder, 0, count, name="copy") as k:
-        value = builder.load(irutil.element_ptr(builder, source, dtype, k), typ=storage,
-                             align=size)
-        builder.store(value, irutil.element_ptr(builder, target, dtype, k), align=size)
+    step = UNROLL * width
+    groups = builder.udiv(count, irutil.i64(step))
+    with irutil.for_range(builder, 0, groups, name="u") as group:
+        first = builder.mul(group, irutil.i64(step))
+        vectors([builder.add(first, irutil.i64(k * width)) for k in range(UNROLL)])
+    # The rest, fewer than UNROLL vectors, one (masked) vector at a time.
+    lanes = ir.Constant(ir.VectorType(irutil.I64, width), list(range(width)))
+    with irutil.for_range(builder, builder.mul(groups, irutil.i64(step)), count, width,
+                          name="v") as start:
+        left = irutil.splat(builder, builder.sub(count, start), width)
+        vectors([start], builder.icmp_unsigned("<", lanes, left))
 
 
 def _copy_elements(builder, dtype, source, target, source_start, target_start, count):

@@ -37,10 +37,10 @@ _METH_NOARGS = 0x0004
 _METH_FASTCALL = 0x0080
 _API = ("PyEval_SaveThread", "PyEval_RestoreThread", "PyLong_FromLong")
 
-# Byte offsets in an object: its type (after the reference count), and in an ndarray (NumPy's
-# PyArrayObject_fields) the number of dimensions (an int), the dimensions (a pointer to
-# npy_intp), the descr (the dtype object) and the flags (an int).
-_TYPE = 8
+# Byte offsets in an object: its type (the object header's last word), and in an ndarray
+# (NumPy's PyArrayObject_fields, after the header) the number of dimensions (an int), the
+# dimensions (a pointer to npy_intp), the descr (the dtype object) and the flags (an int).
+_TYPE = DATA_OFFSET - 8
 _NDIM, _DIMENSIONS, _DESCR, _FLAGS = DATA_OFFSET + 8, DATA_OFFSET + 16, DATA_OFFSET + 40, \
     DATA_OFFSET + 48
 _C_CONTIGUOUS = 0x0001          # NPY_ARRAY_C_CONTIGUOUS

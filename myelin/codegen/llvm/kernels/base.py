@@ -5,15 +5,13 @@ of it is :class:`~myelin.plan.kernel.PlannedKernel`'s.
 
 Constants of at most ``INLINE_CONSTANT_BYTES`` are compiled into the code (a private LLVM
 constant each) instead of read from the network's memory, so LLVM folds them into the
-instructions: ``((x - 2) + 5) + 100`` becomes one ``add 103``. But not those that
-:func:`pass_constants` passes as arguments: one-element float terms and factors, where LLVM
-has nothing to fold (it reassociates no float math), so that kernels differing in them alone
-share code.
+instructions: ``((x - 2) + 5) + 100`` becomes one ``add 103``; but not those that kernels
+take as arguments so that steps differing in them alone share code
+(:func:`~.constants.pass_constants`).
 """
 
 import hashlib
 import math
-import weakref
 
 import llvmlite.ir as ir
 import numpy as np
@@ -22,8 +20,6 @@ from myelin.codegen.llvm import irutil, loops, threads
 from myelin.codegen.llvm.externals import Externals
 from myelin.codegen.llvm.loops import Operand, contiguous_strides
 from myelin.flow import dtypes
-from myelin.ops import recipe as recipes
-from myelin.ops import registry
 from myelin.plan.cell import CONSTANT
 from myelin.plan.kernel import PlannedKernel
 
@@ -32,12 +28,6 @@ PARALLEL_WORK = 1 << 19    # steps doing less (flops or elements visited) stay o
 TASKS_PER_THREAD = 4       # tasks per thread when a step is split: evens out uneven tasks
 ELEMENT_WORK = 8           # work counted per element of an element-wise loop (memory-bound)
 INLINE_CONSTANT_BYTES = 64  # constants up to this size are compiled into the code
-# The element-wise ops of which a one-element float constant may be an operand and still be
-# passed at run time (a Div's divisor only without an exact reciprocal: :func:`pass_constants`).
-_TERMS = frozenset({"Add", "Sub", "Mul"})
-# Values that stay compiled in wherever they are: LLVM folds x - 0, x * 1, x * -1 and a zero
-# point of 0's correction (a symmetric int8 layer's) into less code.
-_FOLDED = frozenset({0.0, 1.0, -1.0})
 
 
 class Kernel(PlannedKernel):
@@ -76,8 +66,9 @@ class Kernel(PlannedKernel):
 
     def loaded_inputs(self, step):
         """Positions of one-element inputs of ``step`` that the kernel only loads as it runs
-        (as it would a variable's) and LLVM folds into nothing: :func:`pass_constants` passes
-        such a constant as an argument (an int8 kernel's zero point)."""
+        (as it would a variable's) and LLVM folds into nothing:
+        :func:`~.constants.pass_constants` may pass such a constant as an argument (an int8
+        kernel's zero point)."""
         return ()
 
 
@@ -124,16 +115,14 @@ class EmitContext:
         size = -(-units // max(tasks, 1))
         return -(-units // max(size, 1)), size
 
-    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False,
-                 alone=None):
+    def parallel(self, name, tensors, count, emit_task, outline=False, glue=False):
         """Run ``emit_task(ctx, index)`` for ``index`` in [0, count): inline for one task or
         one thread, else as a function ``void(ptr, i64)`` whose tasks the worker pool and
         the calling thread share. A task reaches only ``tensors``, through ``ctx.pointer``.
         ``outline`` puts the tasks in a function of their own even on one thread: LLVM
         allocates the registers of a large kernel better there than inline in a long cell.
         ``glue`` (with ``outline``) says that the tasks only call the functions doing the
-        work (:func:`mark_glue`). ``alone``, an i1 value, has the calling thread run all the
-        tasks where it holds (work too small to share, known at run time)."""
+        work (:func:`mark_glue`)."""
         b = self.builder
         if not outline and (count == 1 or self.threads <= 1):
             if count == 1:
@@ -155,17 +144,8 @@ class EmitContext:
             return
         parallel_for = self.externals.pointer(
             b, ("pool", self.threads), threads.pool(self.threads).parallel_for_address)
-        if alone is None:
-            irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
-                                [function, slots, irutil.i64(count)])
-            return
-        with b.if_else(alone) as (by_itself, shared):
-            with by_itself:
-                with irutil.for_range(b, 0, count, name=f"{name}.task") as index:
-                    b.call(function, [slots, index])
-            with shared:
-                irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
-                                    [function, slots, irutil.i64(count)])
+        irutil.call_pointer(b, parallel_for, threads.PARALLEL_FOR_TYPE,
+                            [function, slots, irutil.i64(count)])
 
     def _outline(self, name, tensors, emit_task, glue=False):
         """A function ``void(ptr table, i64 index)`` running ``emit_task``, where the table
@@ -260,87 +240,9 @@ def mark_glue(function):
 
 def inlined(root):
     """True if the root tensor ``root`` is a constant small enough to be compiled into the
-    code, and not one that kernels take as an argument (:func:`pass_constants`)."""
+    code, and not one that kernels take as an argument
+    (:func:`~.constants.pass_constants`)."""
     return root.kind == CONSTANT and root.size <= INLINE_CONSTANT_BYTES and not root.passed
-
-
-def pass_constants(steps):
-    """Mark the constants that the kernels of ``steps`` (every step of a network) take as
-    arguments rather than compile in (``TensorSpec.passed``), so that steps differing in
-    them alone share code: an int8 network's requantizing convolutions and Calculate steps
-    of one shape, whose scales and zero points are each layer's own.
-
-    Passed are the one-element constants whose value differs between steps that are the
-    same but for such constants, and that each step reading them uses as a term or factor of
-    an element-wise op (``Add``, ``Sub`` or ``Mul``, a single op's or in a recipe, or the
-    divisor of a ``Div`` whose reciprocal is not exact) or only loads
-    (:meth:`Kernel.loaded_inputs`): LLVM folds such a value into nothing (but a division by
-    a power of two into a product), save 0, 1 and -1, which stay compiled in. Elsewhere a
-    constant compiled in costs nothing and may cost less (an operand read from the code
-    takes no register: GPT-2's GELU ran 2% slower with its factors passed)."""
-    allowed, wanted, roots = {}, set(), {}
-    groups = {}         # the steps alike but for their candidates: (values of candidates)
-    for step in steps:
-        ours = isinstance(step.kernel, Kernel)
-        loaded = step.kernel.loaded_inputs(step) if ours else ()
-        shapes = step.kernel.code_shapes(step) if ours else \
-            [tuple(t.shape) for t in step.inputs + step.outputs]
-        key, values = [type(step.kernel), step.type, step.variant,
-                       repr(sorted(step.attrs.items())), shapes[len(step.inputs):]], []
-        for position, (tensor, uses) in enumerate(zip(step.inputs, _operand_uses(step))):
-            root = tensor.root()
-            key.append((tensor.dtype, shapes[position]))
-            if root.kind != CONSTANT or root.elements != 1:
-                continue
-            value = float(np.asarray(root.var.data, np.float64).reshape(()))
-            if value in _FOLDED or not (position in loaded or _term_or_factor(root, value, uses)):
-                allowed[id(root)] = False
-                key.append(value)
-                continue
-            allowed.setdefault(id(root), True)
-            roots[id(root)] = root
-            values.append((id(root), value))
-        key += [t.dtype for t in step.outputs]
-        groups.setdefault(repr(key), []).append(values)
-    for members in groups.values():
-        for column in zip(*members):       # (the candidates at one place in each step)
-            if len({value for _, value in column}) > 1:
-                wanted.update(root for root, _ in column)
-    for identity, root in roots.items():
-        root.passed = allowed[identity] and identity in wanted
-
-
-def _term_or_factor(root, value, uses):
-    """True if the float constant ``root`` of ``value`` has ``uses`` (see
-    :func:`_operand_uses`), all as a term or factor."""
-    if not uses or not dtypes.is_float(root.dtype):
-        return False
-    return all(op in _TERMS or (op == "Div" and argument == 1 and
-                                abs(math.frexp(value)[0]) != 0.5)
-               for op, argument in uses)
-
-
-def _operand_uses(step):
-    """For each input of ``step``, its uses as (op type, argument index) of an element-wise
-    op: the step's own (a binary op), or of its recipe; None where the step reads it
-    otherwise or returns it as it is."""
-    opdef = registry.lookup(step.type)
-    if opdef.recipe_operands is None or not step.attrs.get_str("expr"):
-        if step.type in _TERMS | {"Div"} and len(step.inputs) == 2:
-            return [[(step.type, 0)], [(step.type, 1)]]
-        return [None] * len(step.inputs)
-    recipe = recipes.parse(step.attrs.get_str("expr"))
-    arguments = [(node.op, index, argument) for _, expr in recipe.assignments
-                 for node in recipes.walk(expr) if isinstance(node, recipes.Call)
-                 for index, argument in enumerate(node.args)]
-    returned = {expr for _, expr in recipe.assignments}
-    uses = [None] * len(step.inputs)
-    for k, position in enumerate(opdef.recipe_operands(step)):
-        ref = recipes.Ref("%", k)
-        if position is not None and ref not in returned:
-            uses[position] = [(op, index) for op, index, argument in arguments
-                              if argument == ref]
-    return uses
 
 
 def inlined_bytes(root):
@@ -435,108 +337,6 @@ def parallel_elementwise(ctx, name, tensors, shape, operands, body, flops=0):
                 run(last)
 
     ctx.parallel(name, tensors, tasks, task)
-
-
-_RUN_COUNTS = weakref.WeakKeyDictionary()   # element-wise step of one run: its count, kept
-
-
-def run_count(step, domain):
-    """For an element-wise step over ``domain`` whose inputs are each one run of its
-    elements or one value read for all, and whose outputs are runs: an int64 array holding
-    its element count, which its code reads as it runs, so that steps of other sizes share
-    the code (:func:`parallel_run`; the same array for each call on a step); else None."""
-    if step not in _RUN_COUNTS:
-        full = contiguous_strides(domain)
-
-        def run_or_value(tensor):       # (the strides of axes of one index do not matter)
-            strides = loops.broadcast_strides(tensor.shape, domain)
-            return tensor.elements == 1 or all(
-                mine == whole for mine, whole, size in zip(strides, full, domain) if size > 1)
-        runs = 0 not in domain and all(run_or_value(t) for t in step.inputs)
-        _RUN_COUNTS[step] = np.array([math.prod(domain)], np.int64) if runs else None
-    return _RUN_COUNTS[step]
-
-
-def run_shapes(step):
-    """A step of one run's :meth:`Kernel.code_shapes`: whether each input and output is the
-    run or a value read for all (the loop's vector width is the kernel's variant's)."""
-    return [("run",) if whole else () for whole in _whole(step)]
-
-
-def _whole(step):
-    """For each input and output of a step of one run, True if it is the run."""
-    return [t.elements > 1 for t in step.inputs] + [True] * len(step.outputs)
-
-
-def parallel_run(ctx, step, count, width, body, flops):
-    """The element-wise ``body(builder, values)`` over a step of one run (:func:`run_count`),
-    its element count read as the code runs, in vectors of ``width``: in tasks of whole
-    vectors that the threads share where the count is large (``flops``: the work per element
-    besides moving it), all in the first where it is small."""
-    tasks = ctx.threads * TASKS_PER_THREAD if ctx.threads > 1 else 1
-
-    def elements(sub):
-        return sub.builder.load(sub.keep(count), typ=irutil.I64)
-
-    def alone(sub, total):
-        work = sub.builder.mul(total, irutil.i64(ELEMENT_WORK + flops))
-        return sub.builder.icmp_unsigned("<", work, irutil.i64(PARALLEL_WORK))
-
-    def task(sub, index):
-        b = sub.builder
-        total = elements(sub)
-        start, run = irutil.i64(0), total
-        if tasks > 1:
-            parts = b.select(alone(sub, total), irutil.i64(1), irutil.i64(tasks))
-            chunk = irutil.i64(max(width, 16))
-            share = b.udiv(b.add(total, b.sub(parts, irutil.i64(1))), parts)
-            size = b.mul(b.udiv(b.add(share, b.sub(chunk, irutil.i64(1))), chunk), chunk)
-            start = b.mul(index, size)
-            start = b.select(b.icmp_unsigned("<", start, total), start, total)
-            end = b.add(start, size)
-            run = b.sub(b.select(b.icmp_unsigned("<", end, total), end, total), start)
-        operands = []
-        for tensor, whole in zip(step.inputs + step.outputs, _whole(step)):
-            pointer = sub.pointer(tensor)
-            if whole:
-                pointer = irutil.element_ptr(b, pointer, tensor.dtype, start)
-            operands.append(Operand(pointer, tensor.dtype, (int(whole),), tensor.itemsize))
-        loops.elementwise_count(b, run, width, operands[:len(step.inputs)],
-                                operands[len(step.inputs):],
-                                lambda b, values, lanes: body(b, values))
-    if tasks == 1:
-        task(ctx, irutil.i64(0))
-        return
-    ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, tasks, task,
-                 alone=alone(ctx, elements(ctx)))
-
-
-class RunKernel(Kernel):
-    """A kernel of element-wise steps whose steps of one run (:func:`run_count`) read their
-    element count as they run (:func:`parallel_run`), so that steps of other sizes share
-    their code. Subclasses give the element-wise domain of a step (``run_domain``)."""
-
-    def run_domain(self, step):
-        """The domain of ``step``'s element-wise loop, or None where it is not one."""
-        raise NotImplementedError
-
-    def count(self, step):
-        """The element count its code reads as it runs, for a step of one run; else None."""
-        domain = self.run_domain(step)
-        return None if domain is None else run_count(step, domain)
-
-    def code_shapes(self, step):
-        return super().code_shapes(step) if self.count(step) is None else run_shapes(step)
-
-    def kept(self, ctx, step):
-        count = self.count(step)
-        return [] if count is None else [count]
-
-    def emit_run(self, ctx, step, body, flops):
-        """``body(builder, values)`` over a step of one run, in vectors of its operands'
-        widest elements, the last partial."""
-        width = min(loops.lanes(ctx.target, t.dtype) for t in step.inputs + step.outputs)
-        parallel_run(ctx, step, self.count(step), width, body, flops)
 
 
 class ArgumentContext(EmitContext):

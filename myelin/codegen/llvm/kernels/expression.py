@@ -1,7 +1,8 @@
 """The element-wise kernel: any op with an element-wise lowering, with NumPy broadcasting."""
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import RunKernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import parallel_elementwise
+from myelin.codegen.llvm.kernels.runs import RunKernel
 
 
 class ElementwiseKernel(RunKernel):
@@ -35,6 +36,9 @@ class ElementwiseKernel(RunKernel):
     def run_domain(self, step):
         return step.outputs[0].shape
 
+    def run_flops(self, step):
+        return 1
+
     def emit(self, ctx, step):
         out = step.outputs[0]
         in_dtypes = [t.dtype for t in step.inputs]
@@ -43,7 +47,7 @@ class ElementwiseKernel(RunKernel):
             return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
 
         if self.count(step) is not None:
-            self.emit_run(ctx, step, body, flops=1)
+            self.emit_run(ctx, step, body)
             return
 
         def operands(sub):

@@ -8,7 +8,7 @@ broadcast of its inputs). Reductions may only be trailing parts that reduce the 
 axis: each row is then computed in a vector loop that also folds every reduction into a vector
 accumulator, a scalar loop for the remainder, a horizontal reduction and one store per row.
 A step without reductions whose inputs are each a run of its elements or one value reads
-its element count as it runs (:class:`~.base.RunKernel`), so steps of other sizes share
+its element count as it runs (:class:`~.runs.RunKernel`), so steps of other sizes share
 its code.
 """
 
@@ -18,7 +18,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from myelin.codegen.llvm import elementwise, irutil, loops
-from myelin.codegen.llvm.kernels.base import RunKernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import parallel_elementwise
+from myelin.codegen.llvm.kernels.runs import RunKernel
 from myelin.codegen.llvm.kernels.reduction import combiner, horizontal
 from myelin.flow import dtypes
 from myelin.ops import recipe as recipes
@@ -142,11 +143,13 @@ class CalculateKernel(RunKernel):
         plan = self.plan(step)
         return None if plan.reductions else plan.domain
 
+    def run_flops(self, step):
+        return len(self.plan(step).typed.parts)
+
     def emit(self, ctx, step):
         plan = self.plan(step)
         if self.count(step) is not None:
-            self.emit_run(ctx, step, lambda b, values: plan.typed.evaluate(b, values),
-                          len(plan.typed.parts))
+            self.emit_run(ctx, step, lambda b, values: plan.typed.evaluate(b, values))
             return
 
         def operands(sub):
