@@ -169,10 +169,11 @@ def test_steps_differing_in_scales_alone_share_code(emitted):
 def test_element_wise_steps_of_other_sizes_share_code(threads, emitted):
     """Element-wise steps whose operands are runs of their elements (or one value) read
     their count as they run: steps alike but for their sizes share one kernel (a Calculate
-    and a single op each; the run large enough to be split over threads has its own), right
-    for counts with and without a partial last vector and below one vector."""
+    and a single op each), right for counts with and without a partial last vector; the run
+    large enough to be split over threads has its own, and so has a step of a few elements
+    (code of its own count)."""
     rng = np.random.default_rng(7)
-    sizes = [5, 16, 100, 1037, 89605]
+    sizes = [5, 70, 100, 1037, 89605]
     flow = myelin.Flow()
     f = myelin.Builder(flow, "f")
     for n in sizes:
@@ -186,7 +187,7 @@ def test_element_wise_steps_of_other_sizes_share_code(threads, emitted):
     calculates = {s.name for s in steps if s.type == "Calculate"}
     subtractions = {s.name for s in steps if s.type == "Sub"}
     assert len(calculates) == len(subtractions) == len(sizes)
-    assert len(set(emitted) & calculates) == 2 and len(set(emitted) & subtractions) == 2
+    assert len(set(emitted) & calculates) == 3 and len(set(emitted) & subtractions) == 3
     data = network.cell("f").instance()
     for n in sizes:
         data[f"f/x{n}"] = rng.standard_normal((1, n)).astype(np.float32)

@@ -21,9 +21,7 @@ class ElementwiseKernel(RunKernel):
     def variant(self, step, target):
         out = step.outputs[0]
         lanes = max(1, target.vector_bytes // max(t.itemsize for t in step.inputs + step.outputs))
-        # (a run of any count is computed in vectors, the last partial)
-        vectors = out.elements >= lanes or self.count(step) is not None
-        return f"{target.isa()}x{lanes if vectors else 1}"
+        return f"{target.isa()}x{lanes}" if out.elements >= lanes else f"{target.isa()}x1"
 
     def inplace(self, step):
         out = step.outputs[0]

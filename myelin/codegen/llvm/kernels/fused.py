@@ -125,9 +125,7 @@ class CalculateKernel(RunKernel):
         plan = self.plan(step)
         lanes = loops.lanes(target, step.outputs[0].dtype)
         extent = plan.domain[-1] if plan.reductions else int(np.prod(plan.domain))
-        # (a run of any count is computed in vectors, the last partial)
-        vectors = extent >= lanes or self.count(step) is not None
-        return f"{target.isa()}x{lanes if vectors else 1}"
+        return f"{target.isa()}x{lanes if extent >= lanes else 1}"
 
     def inplace(self, step):
         plan, out = self.plan(step), step.outputs[0]

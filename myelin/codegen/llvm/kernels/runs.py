@@ -18,13 +18,17 @@ from myelin.codegen.llvm.loops import Operand, contiguous_strides
 
 
 _RUN_COUNTS = weakref.WeakKeyDictionary()   # element-wise step of one run: its count, kept
+# Fewer elements are computed by code of their own count: a vector or a few, no loop (a
+# 64-lane vector of bytes at most, so a run is never narrower than the variant's vectors).
+MIN_RUN = 64
 
 
 def run_count(step, domain):
-    """For an element-wise step over ``domain`` whose inputs are each one run of its
-    elements or one value read for all, and whose outputs are runs: an int64 array holding
-    its element count, which its code reads as it runs, so that steps of other sizes share
-    the code (:func:`parallel_run`; the same array for each call on a step); else None."""
+    """For an element-wise step over ``domain`` of at least ``MIN_RUN`` elements whose
+    inputs are each one run of its elements or one value read for all, and whose outputs are
+    runs: an int64 array holding its element count, which its code reads as it runs, so
+    that steps of other sizes share the code (:func:`parallel_run`; the same array for each
+    call on a step); else None."""
     if step not in _RUN_COUNTS:
         full = contiguous_strides(domain)
 
@@ -32,7 +36,7 @@ def run_count(step, domain):
             strides = loops.broadcast_strides(tensor.shape, domain)
             return tensor.elements == 1 or all(
                 mine == whole for mine, whole, size in zip(strides, full, domain) if size > 1)
-        runs = 0 not in domain and all(run_or_value(t) for t in step.inputs)
+        runs = math.prod(domain) >= MIN_RUN and all(run_or_value(t) for t in step.inputs)
         _RUN_COUNTS[step] = np.array([math.prod(domain)], np.int64) if runs else None
     return _RUN_COUNTS[step]
 
