@@ -355,11 +355,10 @@ class Instance:
         to its input and computes as :meth:`compute` does, without its checks (its caller
         serializes its calls): it returns the cell's status (nonzero where a step found bad
         input, :meth:`failure` being compute()'s error for it), or -1, binding and computing
-        nothing, if an
-        argument is not an ``ndarray`` (not a subclass) of the input's very dtype object and
-        shape, C-contiguous. ``keys`` names every reference input of the cell. The runner
-        binds in native code, not as :meth:`bind` does: its caller keeps the arrays alive
-        while they are read, and computes through the runner alone."""
+        nothing, if an argument is not an ``ndarray`` (not a subclass) of the input's very
+        dtype object and shape, C-contiguous. ``keys`` names every reference input of the
+        cell. The runner binds in native code, not as :meth:`bind` does: its caller keeps the
+        arrays alive while they are read, and computes through the runner alone."""
         inputs = []
         for position, key in keys.items():
             spec = self.cell._tensors[self._resolve(key)]
