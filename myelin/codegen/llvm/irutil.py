@@ -177,12 +177,14 @@ def gather(builder, base, dtype, offsets, mask=None, fill=None):
     return value if fill is None else builder.select(mask, value, fill)
 
 
-def masked_load(builder, ptr, dtype, mask, fill):
+def masked_load(builder, ptr, dtype, mask, fill=None):
     """``mask.type.count`` elements of ``dtype`` at ``ptr`` as a vector of the compute type;
     lanes where ``mask`` (a vector of i1) is false are not read and give ``fill`` (a vector
-    of the memory type), so they may lie outside the array."""
+    of the memory type; zeros by default), so they may lie outside the array."""
     width = mask.type.count
     memory = vector_of(_memory_type(dtype), width)
+    if fill is None:
+        fill = const(memory, 0)
     function = _masked_load(builder, memory, [PTR, I32, mask.type, memory])
     value = builder.call(function, [ptr, ir.Constant(I32, dtypes.itemsize(dtype)), mask, fill])
     return _from_memory(builder, value, dtype)

@@ -205,11 +205,10 @@ def elementwise_count(builder, count, width, inputs, outputs, body):
             at = irutil.element_ptr(builder, op.ptr, op.dtype, start)
             if mask is None:
                 return irutil.load(builder, at, op.dtype, width)
-            memory = irutil.vector_of(irutil._memory_type(op.dtype), width)
-            value = irutil.masked_load(builder, at, op.dtype, mask, irutil.const(memory, 0))
+            value = irutil.masked_load(builder, at, op.dtype, mask)
             return builder.select(mask, value, irutil.const(value.type, 1))
-        results = [body(builder, [splats.get(id(op)) or load(op, start) for op in inputs],
-                        width) for start in starts]
+        results = [body(builder, [splats[id(op)] if id(op) in splats else load(op, start)
+                                  for op in inputs], width) for start in starts]
         for start, values in zip(starts, results):
             for op, value in zip(outputs, values):
                 at = irutil.element_ptr(builder, op.ptr, op.dtype, start)

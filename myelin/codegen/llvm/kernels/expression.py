@@ -41,7 +41,7 @@ class ElementwiseKernel(RunKernel):
         out = step.outputs[0]
         in_dtypes = [t.dtype for t in step.inputs]
 
-        def body(builder, values, lanes=None):
+        def body(builder, values, lanes):
             return [elementwise.emit(builder, step.type, values, in_dtypes, out.dtype, step.attrs)]
 
         if self.count(step) is not None:

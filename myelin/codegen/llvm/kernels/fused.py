@@ -146,8 +146,11 @@ class CalculateKernel(RunKernel):
 
     def emit(self, ctx, step):
         plan = self.plan(step)
+
+        def body(b, values, lanes):
+            return plan.typed.evaluate(b, values)
         if self.count(step) is not None:
-            self.emit_run(ctx, step, lambda b, values: plan.typed.evaluate(b, values))
+            self.emit_run(ctx, step, body)
             return
 
         def operands(sub):
@@ -158,9 +161,7 @@ class CalculateKernel(RunKernel):
             self._emit_rows(ctx, plan, *operands(ctx))
         else:
             parallel_elementwise(ctx, f"Calculate.{step.name}", step.inputs + step.outputs,
-                                 plan.domain, operands,
-                                 lambda b, values, lanes: plan.typed.evaluate(b, values),
-                                 flops=len(plan.typed.parts))
+                                 plan.domain, operands, body, flops=len(plan.typed.parts))
 
     @staticmethod
     def _emit_rows(ctx, plan, inputs, outputs):

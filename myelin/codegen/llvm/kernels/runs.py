@@ -53,10 +53,10 @@ def _whole(step):
 
 
 def parallel_run(ctx, step, count, width, body, flops):
-    """The element-wise ``body(builder, values)`` over a step of one run (:func:`run_count`),
-    its element count read as the code runs, in vectors of ``width``; where the run is large
-    (``flops``: the work per element besides moving it), in tasks of whole vectors that the
-    threads share."""
+    """The element-wise ``body(builder, values, lanes)`` over a step of one run
+    (:func:`run_count`), its element count read as the code runs, in vectors of ``width``;
+    where the run is large (``flops``: the work per element besides moving it), in tasks of
+    whole vectors that the threads share."""
     tasks = ctx.threads * TASKS_PER_THREAD if ctx.threads > 1 and _large(count, flops) else 1
 
     def task(sub, index):
@@ -78,8 +78,7 @@ def parallel_run(ctx, step, count, width, body, flops):
                 pointer = irutil.element_ptr(b, pointer, tensor.dtype, start)
             operands.append(Operand(pointer, tensor.dtype, (int(whole),), tensor.itemsize))
         loops.elementwise_count(b, run, width, operands[:len(step.inputs)],
-                                operands[len(step.inputs):],
-                                lambda b, values, lanes: body(b, values))
+                                operands[len(step.inputs):], body)
     ctx.parallel(f"{step.type}.{step.name}", step.inputs + step.outputs, tasks, task)
 
 
@@ -118,7 +117,7 @@ class RunKernel(Kernel):
         raise NotImplementedError
 
     def emit_run(self, ctx, step, body):
-        """``body(builder, values)`` over a step of one run, in vectors of its operands'
-        widest elements, the last partial."""
+        """``body(builder, values, lanes)`` over a step of one run, in vectors of its
+        operands' widest elements, the last partial."""
         width = min(loops.lanes(ctx.target, t.dtype) for t in step.inputs + step.outputs)
         parallel_run(ctx, step, self.count(step), width, body, self.run_flops(step))
