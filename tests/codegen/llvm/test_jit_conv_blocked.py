@@ -11,6 +11,7 @@ from jitcheck import PRESETS, run_and_compare
 from myelin import optimize, reference
 from myelin.codegen.llvm.kernels import conv_blocked
 from myelin.errors import MyelinError
+from myelin.ops import fused as fused_ops
 from myelin.ops import layout
 
 TOLERANCE = 2e-5
@@ -203,6 +204,45 @@ def test_blocks_of_16(shape, out_channels, kernel, attrs, sliced, monkeypatch):
     assert convs and all(op.attrs.get_int("channel_block") == 16 for op in convs)
     value = rng.standard_normal(shape).astype(np.float32)
     run_and_compare(flow, {"f": {x: value}}, TOLERANCE, cache=False)
+
+
+@pytest.mark.parametrize("side, in_place, widths_wanted", [
+    (28, False, {6}),           # 784 pixels: 130 tiles of 6, and 4
+    (28, True, {6, 4}),
+    (7, False, {6, 1}),         # 49: 8 tiles and 1
+])
+def test_pixels_past_the_whole_tiles_take_one_more_whole_tile(side, in_place, widths_wanted,
+                                                               monkeypatch):
+    """A plane's pixels past its whole tiles are computed by one more whole tile ending with
+    the plane, in the same tile function, where that computes few pixels twice (not 5 of a
+    7x7 plane's 49), and not where Y may take an input's place (a residual sum in place,
+    which the kernel does not offer yet): that tile would read pixels it stored."""
+    widths = set()
+    real = conv_blocked._tile_function
+
+    def recording(module, shape, tiles):
+        widths.add(shape.width)
+        return real(module, shape, tiles)
+
+    monkeypatch.setattr(conv_blocked, "_tile_function", recording)
+    if in_place:
+        monkeypatch.setattr(conv_blocked.BlockedConvKernel, "inplace", lambda self, step: [
+            i for i, t in enumerate(step.inputs) if i >= fused_ops.first_extra(step)
+            and t.shape == step.outputs[0].shape])
+    rng = np.random.default_rng(5)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    x = f.var("x", "float32", (1, 16, side, side))
+
+    def conv(v):
+        return f.op("Conv", [v, f.const(rng.standard_normal((16, 16, 1, 1)).astype(np.float32))],
+                    None, {})
+
+    residual, y = f.op("Relu", [conv(x)]), f.op("Relu", [conv(x)])
+    f.op("Identity", [f.op("Relu", [f.op("Add", [conv(y), residual])])], "out")
+    value = rng.standard_normal((1, 16, side, side)).astype(np.float32)
+    run_and_compare(flow, {"f": {x: value}}, TOLERANCE, "noavx512", cache=False)
+    assert widths == widths_wanted
 
 
 def test_pass_reorders_only_at_the_edges():
