@@ -1,16 +1,23 @@
 """The read bandwidth of this machine from L2, L3 and memory, and how close myelin's products
-with one row (a vector times a constant matrix: batch-1 layers, a decoder step) come to the
-bound that reading their weights implies.
+with one row (a vector times a constant matrix: batch-1 layers, a decoder step) and the MLP
+784-512-512-10 at batch 1 come to the bound that reading their weights implies.
 
 The bound is measured with a loop of its own, not with a myelin kernel: an LLVM function
 that sums a buffer in four vector accumulators (whole cache lines, nothing else to do),
 compiled with llvmlite for this CPU and called through ctypes (which releases the GIL) from
 one thread per core, each reading its own part, as a product split over threads does. Each
-size is read over and over, so a buffer that fits a cache level is read from it.
+size is read over and over (``READ_BYTES`` in all a sample: reads of a few milliseconds
+varied by 2x on a shared VM), so a buffer that fits a cache level is read from it.
 
 Then ``y = x W`` for x [1, K] and a constant W [K, N] of the same sizes, compiled with 1
 thread and with the default pool: its weight bytes over its latency, and that as a share of
-the bound of the same size and thread count.
+the bound of the same size and thread count, each pair measured one after the other in
+``ROUNDS`` rounds (a shared machine's speed drifts; the median share is printed).
+
+Last, the MLP of issue 25 (784-512-512-10 with ReLUs and a softmax, batch 1, its weights
+2.7 MB), built with the Builder as ONNX import makes it (matrix products with their bias and
+ReLU as epilogues): its weight bytes over the latency of ``compute()`` and of the runner that
+a model's ``run`` uses, against the bound of its weight bytes on the default threads.
 
 Run: ``python benchmarks/bandwidth.py``.
 """
@@ -32,6 +39,9 @@ import myelin  # noqa: E402
 from myelin.codegen.llvm import threads as pool  # noqa: E402
 
 SIZES = {"L2": 256 << 10, "L3": 4 << 20, "memory": 256 << 20}
+READ_BYTES = 1 << 30        # bytes read by a sample of the bound
+ROUNDS = 5
+MLP = (784, 512, 512, 10)
 
 _READ_IR = """
 define float @read(ptr noalias %p, i64 %vectors, i64 %repeats) {
@@ -101,11 +111,12 @@ def _read_function():
 
 
 def read_bandwidth(read, nbytes, threads):
-    """GB/s reading ``nbytes`` (split into one part per thread) over and over."""
+    """GB/s reading ``nbytes`` (split into one part per thread) over and over, the best of
+    a few samples."""
     parts = [np.ones(nbytes // 4 // threads // 32 * 32, np.float32) for _ in range(threads)]
-    repeats = max(1, int(2e8 // nbytes))
+    repeats = max(1, READ_BYTES // nbytes)
     samples = []
-    for _ in range(7):
+    for _ in range(5):
         barrier = threading.Barrier(threads + 1)
 
         def work(part):
@@ -125,7 +136,7 @@ def read_bandwidth(read, nbytes, threads):
 
 
 def matvec(nbytes, threads):
-    """(GB/s of weights read, K, N) for myelin's x[1, K] W[K, N] with W of ``nbytes``."""
+    """(compute() of myelin's x[1, K] W[K, N] with W of ``nbytes``, its weight bytes, K, N)."""
     k = 1024 if nbytes >= 4 << 20 else 256
     n = nbytes // 4 // k
     rng = np.random.default_rng(0)
@@ -135,22 +146,63 @@ def matvec(nbytes, threads):
     f.matmul(x, f.const(rng.standard_normal((k, n)).astype(np.float32)), name="y")
     data = myelin.Compiler(threads=threads, cache=False).compile(flow).cell("f").instance()
     data[x] = rng.standard_normal((1, k)).astype(np.float32)
-    seconds = time_call(data.compute, min_seconds=0.5)
-    return k * n * 4 / seconds / 1e9, k, n
+    return data.compute, k * n * 4, k, n
+
+
+def mlp():
+    """(compute() of the MLP at batch 1, its runner's call, its weight bytes)."""
+    rng = np.random.default_rng(0)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    h = x = f.var("x", myelin.DT_FLOAT, [1, MLP[0]])
+    x.ref = True                # read in place, as a model's run reads its inputs
+    weight_bytes = 0
+    for i, (k, n) in enumerate(zip(MLP, MLP[1:])):
+        w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        h = f.add(f.matmul(h, f.const(w)), f.const(b))
+        h = f.relu(h) if i < len(MLP) - 2 else f.softmax(h, name="y")
+        weight_bytes += w.nbytes + b.nbytes
+    data = myelin.Compiler(cache=False).compile(flow).cell("f").instance()
+    value = rng.standard_normal((1, MLP[0])).astype(np.float32)
+    data[x] = value
+    runner = data.runner(1, {0: x})
+    return data.compute, lambda: runner(value), weight_bytes
+
+
+def shares(read, runs, nbytes, threads):
+    """For each of ``runs`` (name -> function), the median over ``ROUNDS`` rounds of the
+    bound's time for ``nbytes`` on ``threads`` threads over the function's (each round
+    measuring the bound, then each function); and the median bound (GB/s)."""
+    bounds, samples = [], {name: [] for name in runs}
+    for _ in range(ROUNDS):
+        bound = read_bandwidth(read, nbytes, threads)
+        bounds.append(bound)
+        for name, function in runs.items():
+            samples[name].append(nbytes / bound / 1e9 / time_call(function, min_seconds=0.2))
+    return {name: statistics.median(s) for name, s in samples.items()}, statistics.median(bounds)
 
 
 def main():
     read, _engine = _read_function()
     cores = pool.default_threads()
-    print(f"\nRead bandwidth (GB/s) and x[1,K] W[K,N] of the same bytes ({cores} cores)")
-    print(f"  {'working set':<22}{'threads':>8}{'bound':>10}{'myelin':>10}{'share':>8}")
+    print(f"\nRead bandwidth (GB/s) and x[1,K] W[K,N] of the same bytes ({cores} cores; "
+          f"medians of {ROUNDS} rounds)")
+    print(f"  {'working set':<30}{'threads':>8}{'bound':>10}{'myelin':>10}{'share':>8}")
     for level, nbytes in SIZES.items():
         for threads in sorted({1, cores}):
-            bound = statistics.median(read_bandwidth(read, nbytes, threads) for _ in range(3))
-            achieved, k, n = matvec(nbytes, threads)
+            compute, weight_bytes, k, n = matvec(nbytes, threads)
+            share, bound = shares(read, {"compute": compute}, weight_bytes, threads)
             name = f"{level} {nbytes >> 10} KB ({k}x{n})"
-            print(f"  {name:<22}{threads:>8}{bound:>10.1f}{achieved:>10.1f}"
-                  f"{achieved / bound:>8.0%}")
+            print(f"  {name:<30}{threads:>8}{bound:>10.1f}{bound * share['compute']:>10.1f}"
+                  f"{share['compute']:>8.0%}")
+    compute, run, weight_bytes = mlp()
+    share, bound = shares(read, {"compute()": compute, "run": run}, weight_bytes, cores)
+    print(f"\nMLP {'-'.join(map(str, MLP))}, batch 1: weights {weight_bytes / 1e6:.2f} MB, "
+          f"bound {bound:.1f} GB/s on {cores} threads = {weight_bytes / bound / 1e3:.2f} us")
+    for name, value in share.items():
+        print(f"  {name:<12}{weight_bytes / bound / 1e3 / value:>8.2f} us  {value:>5.0%} of "
+              f"the bound")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,10 @@ ACCUMULATORS = 8              # independent multiply-add chains a tile keeps at 
 PANEL_GROUP_BYTES = 192 << 10  # the panels a group of tile rows reuses: about half of L2
 PACK_BUFFER_BYTES = 256 << 10  # the most run-time packing may put on a thread's stack
 PACK_MIN_TILES = 4            # a variable B is packed when a task has this many tile rows
+# A product reading more of B than this is split over threads however few its rows: with one
+# row it streams B, and on two Zen 4 threads x[1, 256] W[256, 512] (512 KB) took 3.6 us for
+# one thread's 5.1, W[256, 256] 2.2 for 2.6; W[128, 256] as long, smaller ones longer.
+SPLIT_BYTES = 192 << 10
 SPLIT_MIN_K = 32              # shorter products keep one accumulator set
 PACK_WORK = 32                # multiply-adds that packing one vector of B costs (gathered, Zen 5)
 K_BLOCK = 256                 # products an accumulator sums before adding to the running sums
@@ -153,7 +157,9 @@ class Plan:
         self.full_panels = n // self.width
         self.packing = packing
         flops = 2 * m * n * k * self.batches
-        self.large = flops >= PARALLEL_WORK     # worth a function call (and threads)
+        b_bytes = k * n * self.batches * dtypes.itemsize(self.b_dtype)
+        # worth a function call (and threads)
+        self.large = flops >= PARALLEL_WORK or b_bytes > SPLIT_BYTES
         self._split(ctx.threads, flops, split_rows)
         panel_bytes = k * self.width * dtypes.itemsize(self.b_dtype)
         limit = PACK_BUFFER_BYTES if packing == "run" else PANEL_GROUP_BYTES
