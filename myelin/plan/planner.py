@@ -27,6 +27,7 @@ from myelin.plan.cell import (
     TensorSpec,
 )
 from myelin.plan.concat import fold_concats
+from myelin.plan.slices import fold_slices
 from myelin.plan.kernel import EMPTY
 
 
@@ -131,7 +132,7 @@ class Planner:
         sizes = None
         if all(step.kernel is not None for step in steps):
             if not looping:     # (a value computed once could not stand for an Assign per round)
-                steps = fold_concats(fold_assigns(steps))
+                steps = fold_slices(fold_concats(fold_assigns(steps)))
             sizes = memory.plan(steps, tensors, self.reuse_memory, start)
             limits.check(sizes[0], f"the instance of cell {func.name}")
         repeat = self._repeat(func.name, tensors, start) if looping else None
