@@ -8,6 +8,9 @@
   products keep pow's signed zeros, infinities and NaN, and round twice at most);
 * ``Identity``, ``Cast`` to the input's type, ``Reshape`` to the input's (known) shape,
   ``Transpose`` by the identity permutation;
+* a ``Transpose`` that moves only axes of size 1 (PyTorch's exports of batch-first
+  transformers swap a batch of 1 with the sequence) becomes a ``Reshape``: its output has
+  the input's bytes in their order, a view rather than a copy;
 * ``Transpose(Transpose(x))`` becomes one Transpose of ``x``, ``Reshape(Reshape(x))`` one
   Reshape of ``x``, and ``Cast(Cast(x))`` one Cast of ``x`` when the inner cast is lossless,
   or converts integers within its type's range (a quantization's clamped, rounded values) to
@@ -76,7 +79,8 @@ def _permutation(op):
 
 
 def _transpose(flow, op):
-    """Compose a Transpose of a Transpose; remove a Transpose that keeps the axes in place."""
+    """Compose a Transpose of a Transpose; remove a Transpose that keeps the axes in place;
+    make one that moves only axes of size 1 a Reshape."""
     changed = False
     inner = _chained(op)
     if inner is not None:
@@ -84,8 +88,16 @@ def _transpose(flow, op):
         op.attrs["perm"] = [first[axis] for axis in _permutation(op)]
         op.replace_input(op.inputs[0], inner.inputs[0])
         changed = True
-    if _permutation(op) == tuple(range(op.inputs[0].rank)):
-        return forward(flow, op, [op.inputs[0]]) or changed
+    source, out = op.inputs[0], op.outputs[0]
+    if _permutation(op) == tuple(range(source.rank)):
+        return forward(flow, op, [source]) or changed
+    if source.shape_defined:
+        moved = [axis for axis in _permutation(op) if source.shape[axis] != 1]
+        if moved == sorted(moved):
+            name, func = op.name, op.func
+            flow.delete_op(op)
+            flow.op(name, "Reshape", func, [source], [out], {"shape": list(out.shape)})
+            return True
     return changed
 
 

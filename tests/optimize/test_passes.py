@@ -349,6 +349,18 @@ def test_simplify_algebra_shortens_transposes_and_reshapes():
     assert flow.vars["f/unshaped"].producer.inputs[0].name == "f/x"
 
 
+def test_simplify_algebra_makes_transposes_of_size_1_axes_reshapes():
+    def make(f, rng):
+        x = f.var("x", "float32", [1, 5, 1, 3])
+        f.tanh(f.transpose(x, [1, 0, 3, 2]), name="view")          # 5 before 3: a view
+        f.tanh(f.transpose(x, [2, 3, 0, 1]), name="moved")         # 3 before 5: a copy
+
+    flow = check_pass(make, simplify_algebra, eliminate_dead_code)
+    view = flow.vars["f/view"].producer.inputs[0].producer
+    assert view.type == "Reshape" and view.inputs[0].name == "f/x"
+    assert flow.vars["f/moved"].producer.inputs[0].producer.type == "Transpose"
+
+
 def test_simplify_algebra_shortens_lossless_cast_chains():
     def make(f, rng):
         x = f.var("x", "float32", [2, 3])
