@@ -42,6 +42,12 @@ def _perm(op, rank):
     return tuple(perm)
 
 
+def transpose_permutation(op):
+    """The axis permutation of a Transpose op: its ``perm``, reversed axes when it has none
+    (output axis i is input axis ``perm[i]``)."""
+    return _perm(op, op.inputs[0].rank)
+
+
 def _transpose_infer(op):
     x = op.inputs[0]
     return [TensorType(x.dtype, tuple(x.shape[p] for p in _perm(op, x.rank)))]

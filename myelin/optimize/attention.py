@@ -18,12 +18,20 @@ causal mask (0 where :func:`~myelin.ops.attention.seen_keys` says a query sees a
 the type's lowest value elsewhere) becomes the ``causal`` attribute; a lowest-value mask
 only where every query sees a key (otherwise the unmasked graph's softmax is over the masked
 values, not over none).
+
+Then (:func:`absorb_transposes`) an Attention reads each operand that a Transpose makes for it
+alone through that Transpose (``perm_q``, ``perm_k``, ``perm_v``), and writes its result
+through the Transpose that alone reads it (``perm_out``), where q, v and the result keep their
+last axis last: the heads that exporters move out of and back into the model's width
+([batch, sequence, heads, depth] <-> [batch, heads, sequence, depth]) are read and written
+in place, and four Transposes of each layer of a Hugging Face encoder go.
 """
 
 import numpy as np
 
 from myelin.flow import dtypes
-from myelin.ops.attention import seen_keys
+from myelin.ops.array import transpose_permutation
+from myelin.ops.attention import PERMS, permutation, seen_keys
 from myelin.ops.reduction import reduced_axes
 from myelin.ops.registry import attribute
 from myelin.optimize.cleanup import pinned
@@ -190,3 +198,56 @@ def fuse_attention(flow, ctx):
             func.ops = flow.order(func)
             changed = True
     return changed
+
+
+def absorb_transposes(flow, ctx):
+    """Let every Attention op read its operands and write its result through the Transposes
+    next to it (see the module); returns True if any did."""
+    changed = False
+    for func in flow.funcs.values():
+        for op in flow.order(func):
+            if op.type == "Attention" and op.func is func:
+                changed |= _absorb_operands(op)
+                changed |= _absorb_result(flow, op)
+    return changed
+
+
+def _absorb_operands(op):
+    """Read each of the operands of Attention ``op`` that a Transpose makes for it alone
+    through that Transpose; True if any."""
+    changed = False
+    for index, name in enumerate(PERMS):
+        x = op.inputs[index]
+        transpose = x.producer
+        if (transpose is None or transpose.type != "Transpose" or not _inner(x, op)
+                or sum(1 for other in op.inputs if other is x) != 1):
+            continue
+        inner = transpose_permutation(transpose)        # x = transpose(source, inner)
+        perm = [inner[axis] for axis in permutation(op, name, x.rank)]
+        if name != "perm_k" and perm[-1] != len(perm) - 1:
+            continue
+        op.replace_input(x, transpose.inputs[0])
+        op.attrs[name] = perm
+        changed = True
+    return changed
+
+
+def _absorb_result(flow, op):
+    """Write the result of Attention ``op`` through the Transpose that alone reads it; True
+    if it does."""
+    out = op.outputs[0]
+    if len(out.consumers) != 1 or pinned(out) or out.ref:
+        return False
+    transpose = out.consumers[0]
+    if transpose.type != "Transpose" or transpose.func is not op.func:
+        return False
+    current = permutation(op, "perm_out", out.rank)
+    perm = [current[axis] for axis in transpose_permutation(transpose)]
+    if perm[-1] != len(perm) - 1:
+        return False
+    target = transpose.outputs[0]
+    flow.delete_op(transpose)
+    op.replace_output(out, target)
+    flow.delete_var(out)
+    op.attrs["perm_out"] = perm
+    return True

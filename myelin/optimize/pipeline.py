@@ -66,6 +66,7 @@ PIPELINE = (
     Pass("fuse_integer_conv", quantized_conv.fuse_integer_conv, 2),
     Pass("block_channels", layout.block_channels, 3),
     Pass("fuse_attention", attention.fuse_attention, 1),
+    Pass("absorb_attention_transposes", attention.absorb_transposes, 1),
     Pass("fuse", fusion.fuse, 1),
     Pass("eliminate_dead_code", cleanup.eliminate_dead_code, 1),    # what fusion left unused
     Pass("store_weights", weight_storage.store_weights, 0),     # only with the option

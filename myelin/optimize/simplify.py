@@ -25,6 +25,7 @@ import numpy as np
 
 from myelin.errors import ShapeError
 from myelin.flow import dtypes
+from myelin.ops.array import transpose_permutation
 from myelin.optimize.cleanup import apply_rules, forward
 
 # op type -> (value of the constant that leaves the other operand unchanged, its positions)
@@ -72,27 +73,21 @@ def _chained(op):
     return inner if inner is not None and inner.type == op.type and inner.func is op.func else None
 
 
-def _permutation(op):
-    """The axis permutation of a Transpose (reversed axes when it has no ``perm``)."""
-    perm = op.attrs.get_ints("perm")
-    return tuple(reversed(range(op.inputs[0].rank))) if perm is None else tuple(perm)
-
-
 def _transpose(flow, op):
     """Compose a Transpose of a Transpose; remove a Transpose that keeps the axes in place;
     make one that moves only axes of size 1 a Reshape."""
     changed = False
     inner = _chained(op)
     if inner is not None:
-        first = _permutation(inner)
-        op.attrs["perm"] = [first[axis] for axis in _permutation(op)]
+        first = transpose_permutation(inner)
+        op.attrs["perm"] = [first[axis] for axis in transpose_permutation(op)]
         op.replace_input(op.inputs[0], inner.inputs[0])
         changed = True
     source, out = op.inputs[0], op.outputs[0]
-    if _permutation(op) == tuple(range(source.rank)):
+    if transpose_permutation(op) == tuple(range(source.rank)):
         return forward(flow, op, [source]) or changed
     if source.shape_defined:
-        moved = [axis for axis in _permutation(op) if source.shape[axis] != 1]
+        moved = [axis for axis in transpose_permutation(op) if source.shape[axis] != 1]
         if moved == sorted(moved):
             name, func = op.name, op.func
             flow.delete_op(op)

@@ -15,7 +15,9 @@ from myelin import reference
 from myelin.builder import verify
 from myelin.errors import ShapeError
 from myelin.optimize import Context
-from myelin.optimize.attention import fuse_attention
+from myelin.ops.attention import PERMS
+from myelin.optimize.attention import absorb_transposes, fuse_attention
+from myelin.optimize.cleanup import eliminate_dead_code
 
 from jitcheck import PRESETS, poison, relative_error
 
@@ -84,6 +86,25 @@ def test_reference_is_attention(shapes, attrs):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_reads_and_writes_through_permutations(causal):
+    """perm_q, perm_k and perm_v permute the inputs into the operands, perm_out the result
+    into the output (the heads of [batch, sequence, heads, depth] layouts)."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    perms = {"perm_q": [0, 2, 1, 3], "perm_k": [0, 2, 3, 1], "perm_v": [0, 2, 1, 3],
+             "perm_out": [0, 2, 1, 3]}
+    y, inputs = attention_op(f, [[2, 5, 3, 4], [2, 7, 3, 4], [2, 7, 3, 6]], transpose_k=True,
+                             causal=causal, **perms)
+    assert y.shape == (2, 5, 3, 6)
+    values = random_inputs(rng, inputs)
+    got = reference.run(flow, "f", values)[y.name]
+    q, k, v = (np.transpose(values[var], (0, 2, 1, 3)) for var in inputs)
+    want = numpy_attention(q, k, v, causal=causal)
+    np.testing.assert_allclose(got, np.transpose(want, (0, 2, 1, 3)), rtol=1e-12, atol=1e-12)
+
+
 def test_reference_over_no_keys():
     rng = np.random.default_rng()
     for causal, want in ((False, 0.0), (True, math.nan)):
@@ -101,6 +122,9 @@ def test_reference_over_no_keys():
     ([[2, 5, 4], [3, 7, 4], [7, 2]], {}, "do not broadcast"),
     ([[5, 4], [7, 4], [7, 2], [5, 1, 7]], {}, "does not broadcast to the scores"),
     ([[4], [7, 4], [7, 2]], {}, "rank 2 or more"),
+    ([[2, 5, 4], [2, 7, 4], [2, 7, 2]], {"perm_q": [1, 2, 0]}, "perm_q .* moves the last"),
+    ([[2, 5, 4], [2, 7, 4], [2, 7, 2]], {"perm_k": [0, 0, 1]}, "not a permutation"),
+    ([[2, 5, 4], [2, 7, 4], [2, 7, 2]], {"perm_out": [0, 2, 1]}, "perm_out .* moves"),
 ])
 def test_shape_errors(shapes, attrs, message):
     f = myelin.Builder(myelin.Flow(), "f")
@@ -238,6 +262,53 @@ def test_pass_leaves_a_scale_after_the_mask_and_probabilities_read_twice():
     assert not fused(flow)[1]
 
 
+def heads_pattern(v_layout=([2, 9, 3, 8], [0, 2, 1, 3]), read_twice=False):
+    """Attention as Hugging Face's encoders write it: q, k and v made [batch, heads,
+    sequence, depth] from [batch, sequence, heads, depth] by Transposes (k straight to K^T),
+    and the result moved back."""
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    q, k = (f.var(name, "float32", [2, 9, 3, 8]) for name in "qk")
+    v = f.var("v", "float32", v_layout[0])
+    heads_q = f.transpose(q, [0, 2, 1, 3])
+    s = f.mul(f.matmul(heads_q, f.transpose(k, [0, 2, 3, 1])), f.const(np.float32(0.35)))
+    heads_v = f.transpose(v, v_layout[1])
+    y = f.matmul(softmax(f, s), heads_v)
+    f.transpose(y, [0, 2, 1, 3], name="y")
+    if read_twice:
+        f.identity(heads_q, name="heads_q")
+    flow.infer_inputs_and_outputs()
+    return flow
+
+
+def test_attention_reads_and_writes_through_the_transposes_next_to_it():
+    flow = heads_pattern()
+    optimized, _ = fused(flow)
+    assert absorb_transposes(optimized, Context())
+    eliminate_dead_code(optimized, Context())
+    verify.check(optimized)
+    (op,) = attention_ops(optimized)
+    assert [o.type for o in optimized.funcs["f"].ops] == ["Attention"]
+    assert [v.name for v in op.inputs] == ["f/q", "f/k", "f/v"]
+    assert {name: op.attrs.get_ints(name) for name in PERMS + ("perm_out",)} == {
+        "perm_q": [0, 2, 1, 3], "perm_k": [0, 2, 3, 1], "perm_v": [0, 2, 1, 3],
+        "perm_out": [0, 2, 1, 3]}
+    check_same_results(flow, optimized)
+    net = myelin.Compiler().compile(flow)
+    assert [step.type for step in net.cell("f").steps] == ["Attention"]
+
+
+def test_attention_leaves_transposes_read_elsewhere_or_moving_the_last_axis():
+    flow = heads_pattern(v_layout=([2, 8, 3, 9], [0, 2, 3, 1]), read_twice=True)
+    optimized, _ = fused(flow)
+    absorb_transposes(optimized, Context())
+    (op,) = attention_ops(optimized)
+    assert op.inputs[0].producer.type == "Transpose"         # read by Identity too
+    assert op.inputs[2].producer.type == "Transpose"         # v's last axis would move
+    assert [v.name for v in op.inputs[1:2]] == ["f/k"]
+    check_same_results(flow, optimized)
+
+
 def test_pipeline_runs_the_pass_and_the_compiled_cell_has_one_step():
     flow = pattern()
     net = myelin.Compiler().compile(flow)
@@ -300,6 +371,39 @@ def test_kernel_matches_reference(case, threads):
 def test_kernel_under_cpu_features(features):
     check_kernel(np.random.default_rng(), [2], 13, 37, 20, 12, {"causal": True},
                  [[13, 37]], features=features)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("sq, skv, d, dv, causal", [
+    (128, 128, 64, 64, False), (9, 37, 20, 12, True), (1, 300, 32, 48, True)])
+@pytest.mark.parametrize("layout", ["heads", "keys"])
+def test_kernel_through_permutations(layout, sq, skv, d, dv, causal, threads):
+    """Operands read and the result written in the layouts exporters keep them in: q, v and
+    the output [batch, sequence, heads, depth] and K^T from k of the same layout (Hugging
+    Face's encoders), or from k [batch, heads, keys, depth] (Llama's)."""
+    rng = np.random.default_rng()
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    heads = 3
+    if layout == "heads":
+        k_shape, perm_k = [2, skv, heads, d], [0, 2, 3, 1]
+    else:
+        k_shape, perm_k = [2, heads, skv, d], [0, 1, 3, 2]
+    y, inputs = attention_op(
+        f, [[2, sq, heads, d], k_shape, [2, skv, heads, dv], [2, 1, 1, skv]],
+        transpose_k=True, causal=causal, scale=0.3, perm_q=[0, 2, 1, 3], perm_k=perm_k,
+        perm_v=[0, 2, 1, 3], perm_out=[0, 2, 1, 3])
+    net = myelin.Compiler(threads=threads).compile(flow)
+    data = net.cell("f").instance()
+    poison(data)
+    values = random_inputs(rng, inputs)
+    for var, value in values.items():
+        data[var] = value
+    data.compute()
+    want = reference.run(flow, "f", values)[y.name]
+    got = np.asarray(data[y])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert relative_error(got, want) < 2e-6
 
 
 def test_kernel_in_float64():

@@ -30,12 +30,13 @@ accumulators that are never stored.
 import math
 
 import llvmlite.ir as ir
+import numpy as np
 
 from myelin.codegen.llvm import irutil, loops, mathlib
 from myelin.codegen.llvm.kernels.base import PARALLEL_WORK, TASKS_PER_THREAD, Kernel
 from myelin.codegen.llvm.kernels.reduction import horizontal
 from myelin.flow import dtypes
-from myelin.ops.attention import dimensions, seen_keys
+from myelin.ops.attention import dimensions, operand_shapes, permutation, seen_keys
 from myelin.ops.registry import attribute
 
 SCORE_VECTORS = 2          # vectors of keys per row of a scores tile
@@ -60,11 +61,29 @@ class Plan:
         self.itemsize = dtypes.itemsize(self.dtype)
         self.lanes = loops.lanes(ctx.target, self.dtype)
         self.sq, self.skv, self.d, self.dv = dimensions(step)
-        self.batch = tuple(out.shape[:-2])
+        shapes = operand_shapes(step)
+        self.batch = tuple(np.broadcast_shapes(*(shape[:-2] for shape in shapes)))
+        # Each operand's (and the result's) strides in elements, axis by axis of its shape
+        # through its permutation (see myelin.ops.attention).
+        self.strides = {}
+        for name, tensor in zip(("q", "k", "v"), step.inputs[:3]):
+            own = loops.contiguous_strides(tensor.shape)
+            self.strides[name] = tuple(own[axis] for axis in
+                                       permutation(step, f"perm_{name}", len(tensor.shape)))
+        own = loops.contiguous_strides(out.shape)
+        perm_out = permutation(step, "perm_out", len(out.shape))
+        self.strides["out"] = tuple(own[perm_out.index(axis)] for axis in range(len(own)))
+        self.shapes = dict(zip(("q", "k", "v"), shapes), out=self.batch + (self.sq, self.dv))
+        self.q_row, self.v_row, self.out_row = (self.strides[name][-2]
+                                                for name in ("q", "v", "out"))
+        # K's strides from one key to the next and along the depth.
+        k_rows, k_columns = self.strides["k"][-2:]
         self.batches = math.prod(self.batch)
         self.scale = attribute(step, "scale")
         self.causal = attribute(step, "causal")
         self.transpose_k = attribute(step, "transpose_k")
+        self.key_stride, self.depth_stride = ((k_columns, k_rows) if self.transpose_k
+                                              else (k_rows, k_columns))
         self.rows = max(1, min(self.sq, (ctx.target.vector_registers - SCORE_VECTORS - 1)
                                // SCORE_VECTORS))
         self.dv_vectors = _ceil(self.dv, self.lanes)
@@ -179,13 +198,15 @@ class _Task:
         q, k, v = step.inputs[:3]
         out = step.outputs[0]
 
-        def matrix(tensor):
-            size = tensor.shape[-2] * tensor.shape[-1]
-            strides = loops.broadcast_strides(tensor.shape[:-2], plan.batch)
+        def matrix(tensor, name):
+            shape, strides = plan.shapes[name][:-2], plan.strides[name][:-2]
+            leading = len(plan.batch) - len(shape)
+            batch_strides = [0] * leading + [0 if n == 1 else s for n, s in zip(shape, strides)]
             return loops.batch_entry(b, self.ctx.pointer(tensor), plan.dtype, batch,
-                                     plan.batch, [s * size for s in strides])
+                                     plan.batch, batch_strides)
 
-        self.q, self.k, self.v, self.out = matrix(q), matrix(k), matrix(v), matrix(out)
+        self.q, self.k, self.v, self.out = (matrix(tensor, name) for tensor, name in
+                                            zip((q, k, v, out), ("q", "k", "v", "out")))
         self.biases = []
         scores = plan.batch + (plan.sq, plan.skv)
         for bias in step.inputs[3:]:
@@ -256,28 +277,55 @@ class _Task:
         b, plan = self.b, self.plan
         width = b.mul(b.udiv(b.add(count, irutil.i64(plan.chunk - 1)), irutil.i64(plan.chunk)),
                       irutil.i64(plan.chunk))
-        with irutil.for_range(b, 0, plan.d, name="kd") as depth:
+        first = 0
+        if plan.key_stride != 1 and plan.depth_stride == 1:
+            first = plan.d - plan.d % plan.lanes
+            self._pack_key_blocks(start, count, width, first)
+        with irutil.for_range(b, first, plan.d, name="kd") as depth:
             row = irutil.element_ptr(b, self.keys, plan.dtype, b.mul(depth, irutil.i64(plan.block)))
-            if plan.transpose_k:
+            if plan.key_stride == 1:        # (K^T's rows: the keys of one depth in a row)
                 source = irutil.element_ptr(
-                    b, self.k, plan.dtype, b.add(b.mul(depth, irutil.i64(plan.skv)), start))
+                    b, self.k, plan.dtype, b.add(b.mul(depth, irutil.i64(plan.depth_stride)),
+                                                 start))
                 self._copy_row(source, row, count, width)
             else:
                 with irutil.for_range(b, 0, count, name="kc") as key:
-                    at = b.add(b.mul(b.add(start, key), irutil.i64(plan.d)), depth)
+                    at = b.add(b.mul(b.add(start, key), irutil.i64(plan.key_stride)),
+                               b.mul(depth, irutil.i64(plan.depth_stride)))
                     self._put(self._get(self.k, at), row, key)
                 with irutil.for_range(b, count, width, name="kz") as key:
                     self._put(irutil.const(irutil.compute_type(plan.dtype), 0), row, key)
+
+    def _pack_key_blocks(self, start, count, width, depths):
+        """Rows [0, ``depths``) of the keys buffer (a multiple of the lanes), from keys whose
+        depths are contiguous (K as the model lays it out, [keys, heads, depth]): blocks of
+        lanes keys by lanes depths, loaded a key at a time and transposed in registers;
+        zeros for the keys from ``count`` to ``width``."""
+        b, plan = self.b, self.plan
+        lanes = plan.lanes
+        last = b.sub(count, irutil.i64(1))
+        zero = irutil.const(self.vector, 0)
+        with irutil.for_range(b, 0, width, lanes, name="kb") as key0:
+            keys = [b.add(key0, irutil.i64(r)) for r in range(lanes)]
+            rows = [b.mul(b.add(start, _min(b, key, last)), irutil.i64(plan.key_stride))
+                    for key in keys]
+            with irutil.for_range(b, 0, depths, lanes, name="kdb") as depth:
+                block = [b.select(b.icmp_signed("<", key, count),
+                                  self._get(self.k, b.add(row, depth), lanes), zero)
+                         for key, row in zip(keys, rows)]
+                for q, value in enumerate(irutil.transpose_block(b, block)):
+                    at = b.add(b.mul(b.add(depth, irutil.i64(q)), irutil.i64(plan.block)), key0)
+                    self._put(value, self.keys, at)
 
     def _values(self, start, count):
         """(a pointer to the block's first row of values, elements between rows): V itself,
         or its rows copied into the buffer with zeros past Dv."""
         b, plan = self.b, self.plan
-        first = irutil.element_ptr(b, self.v, plan.dtype, b.mul(start, irutil.i64(plan.dv)))
+        first = irutil.element_ptr(b, self.v, plan.dtype, b.mul(start, irutil.i64(plan.v_row)))
         if not plan.packs_values:
-            return first, plan.dv
+            return first, plan.v_row
         with irutil.for_range(b, 0, count, name="vc") as key:
-            source = irutil.element_ptr(b, first, plan.dtype, b.mul(key, irutil.i64(plan.dv)))
+            source = irutil.element_ptr(b, first, plan.dtype, b.mul(key, irutil.i64(plan.v_row)))
             target = irutil.element_ptr(b, self.packed_values, plan.dtype,
                                         b.mul(key, irutil.i64(plan.dv_pad)))
             self._copy_row(source, target, irutil.i64(plan.dv), plan.dv_pad)
@@ -317,7 +365,8 @@ class _Task:
         table = irutil.stack_array(b, irutil.PTR, plan.rows, 8)
         for r in range(plan.rows):
             query = _min(b, b.add(first, irutil.i64(r)), irutil.i64(plan.sq - 1))
-            b.store(irutil.element_ptr(b, self.q, plan.dtype, b.mul(query, irutil.i64(plan.d))),
+            b.store(irutil.element_ptr(b, self.q, plan.dtype,
+                                       b.mul(query, irutil.i64(plan.q_row))),
                     irutil.element_ptr(b, table, "int64", r))
         function = self.ctx.function(
             ("attention scores", plan.dtype, plan.d, plan.rows, plan.lanes, plan.block,
@@ -425,7 +474,7 @@ class _Task:
         with irutil.for_range(b, 0, self.count, name="out") as r:
             sums = irutil.element_ptr(b, self.sums, dtype, b.mul(r, irutil.i64(plan.dv_pad)))
             target = irutil.element_ptr(b, self.out, dtype,
-                                        b.mul(b.add(self.first, r), irutil.i64(plan.dv)))
+                                        b.mul(b.add(self.first, r), irutil.i64(plan.out_row)))
             total = irutil.splat(b, self._get(self.totals, r), lanes)
             for v in range(plan.dv_vectors):
                 value = b.fdiv(self._get(sums, v * lanes, lanes), total)
