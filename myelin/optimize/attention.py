@@ -24,7 +24,8 @@ alone through that Transpose (``perm_q``, ``perm_k``, ``perm_v``), and writes it
 through the Transpose that alone reads it (``perm_out``), where q, v and the result keep their
 last axis last: the heads that exporters move out of and back into the model's width
 ([batch, sequence, heads, depth] <-> [batch, heads, sequence, depth]) are read and written
-in place, and four Transposes of each layer of a Hugging Face encoder go.
+in place, and four Transposes of each layer of a Hugging Face encoder go. A constant factor of
+q or k (PyTorch's attention scales both by the fourth root of the depth) joins the scale.
 """
 
 import numpy as np
@@ -207,29 +208,54 @@ def absorb_transposes(flow, ctx):
     for func in flow.funcs.values():
         for op in flow.order(func):
             if op.type == "Attention" and op.func is func:
-                changed |= _absorb_operands(op)
+                changed |= _absorb_operands(flow, op)
                 changed |= _absorb_result(flow, op)
     return changed
 
 
-def _absorb_operands(op):
-    """Read each of the operands of Attention ``op`` that a Transpose makes for it alone
-    through that Transpose; True if any."""
+def _absorb_operands(flow, op):
+    """Read each operand of Attention ``op`` that a Transpose makes for it alone through
+    that Transpose, and take a constant factor of one element of q or k that a Mul makes
+    for it alone into the scale, for as long as there is one; True if any."""
     changed = False
     for index, name in enumerate(PERMS):
-        x = op.inputs[index]
-        transpose = x.producer
-        if (transpose is None or transpose.type != "Transpose" or not _inner(x, op)
-                or sum(1 for other in op.inputs if other is x) != 1):
-            continue
-        inner = transpose_permutation(transpose)        # x = transpose(source, inner)
-        perm = [inner[axis] for axis in permutation(op, name, x.rank)]
-        if name != "perm_k" and perm[-1] != len(perm) - 1:
-            continue
-        op.replace_input(x, transpose.inputs[0])
-        op.attrs[name] = perm
-        changed = True
+        while True:
+            x = op.inputs[index]
+            producer = x.producer
+            if (producer is None or not _inner(x, op)
+                    or sum(1 for other in op.inputs if other is x) != 1):
+                break
+            if producer.type == "Transpose":
+                inner = transpose_permutation(producer)     # x = transpose(source, inner)
+                perm = [inner[axis] for axis in permutation(op, name, x.rank)]
+                if name != "perm_k" and perm[-1] != len(perm) - 1:
+                    break
+                source = producer.inputs[0]
+                op.attrs[name] = perm
+            elif producer.type == "Mul" and name != "perm_v":
+                factor = _factor(producer, x)
+                if factor is None:
+                    break
+                source, value = factor
+                op.attrs["scale"] = attribute(op, "scale") * value
+            else:
+                break
+            op.replace_input(x, source)
+            flow.delete_op(producer)
+            flow.delete_var(x)
+            changed = True
     return changed
+
+
+def _factor(mul, product):
+    """(the term, the factor) of ``mul`` (making ``product``) if it multiplies a term of the
+    product's shape and type by a finite, nonzero constant of one element; else None."""
+    for term, constant in (mul.inputs, mul.inputs[::-1]):
+        value = _scalar(constant)
+        if (value is not None and np.isfinite(value) and value != 0
+                and (term.shape, term.dtype) == (product.shape, product.dtype)):
+            return term, value
+    return None
 
 
 def _absorb_result(flow, op):

@@ -26,7 +26,7 @@ import numpy as np
 from myelin.errors import ShapeError
 from myelin.flow import dtypes
 from myelin.ops.array import transpose_permutation
-from myelin.optimize.cleanup import apply_rules, forward
+from myelin.optimize.cleanup import apply_rules, forward, pinned
 
 # op type -> (value of the constant that leaves the other operand unchanged, its positions)
 _NEUTRAL = {"Mul": (1, (0, 1)), "Add": (0, (0, 1)), "Sub": (0, (1,)), "Div": (1, (1,))}
@@ -97,7 +97,8 @@ def _transpose(flow, op):
 
 
 def _reshape(flow, op):
-    """Reshape the source of a Reshape of a Reshape; remove a Reshape to the same shape."""
+    """Reshape the source of a Reshape of a Reshape; remove a Reshape to the same shape; move
+    a Transpose past a Reshape that only inserts or removes axes of size 1."""
     changed = False
     inner = _chained(op)
     if inner is not None:
@@ -106,7 +107,38 @@ def _reshape(flow, op):
     source, out = op.inputs[0], op.outputs[0]
     if out.shape_defined and source.shape == out.shape:
         return forward(flow, op, [source]) or changed
-    return changed
+    return _transpose_later(flow, op) or changed
+
+
+def _transpose_later(flow, op):
+    """Rewrite Reshape ``op`` of a Transpose of x, where the Reshape only inserts or removes
+    axes of size 1 and the Transpose is read by it alone, as a Transpose of a Reshape of x
+    (ones, then x's axes of other sizes in order): the Transpose meets the next Transpose, or
+    the Attention that reads its operands through it. True if it did."""
+    transpose, source, out = op.inputs[0].producer, op.inputs[0], op.outputs[0]
+    if (transpose is None or transpose.type != "Transpose" or transpose.func is not op.func
+            or source.consumers != [op] or pinned(source) or not out.shape_defined
+            or not source.shape_defined):
+        return False
+    sizes = [n for n in out.shape if n != 1]
+    if sizes != [n for n in source.shape if n != 1]:
+        return False
+    x, perm = transpose.inputs[0], transpose_permutation(transpose)
+    kept = [axis for axis in range(x.rank) if x.shape[axis] != 1]     # x's, in order
+    leading = out.rank - len(kept)
+    # x's axis of each axis of another size of the Transpose's output, in order
+    order = iter(leading + kept.index(perm[axis]) for axis in range(source.rank)
+                 if source.shape[axis] != 1)
+    ones = iter(range(leading))
+    new_perm = [next(ones) if n == 1 else next(order) for n in out.shape]
+    shape = [1] * leading + [x.shape[axis] for axis in kept]
+    name, func = op.name, op.func
+    flow.delete_op(op)
+    moved = flow.var(flow.unique_var_name(f"{name}/ones"), x.dtype, shape)
+    flow.op(flow.unique_op_name(f"{name}/ones"), "Reshape", func, [x], [moved],
+            {"shape": shape})
+    flow.op(name, "Transpose", func, [moved], [out], {"perm": new_perm})
+    return True
 
 
 def _lossless(source, target):

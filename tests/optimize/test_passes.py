@@ -361,6 +361,20 @@ def test_simplify_algebra_makes_transposes_of_size_1_axes_reshapes():
     assert flow.vars["f/moved"].producer.inputs[0].producer.type == "Transpose"
 
 
+def test_simplify_algebra_moves_transposes_past_reshapes_of_ones():
+    def make(f, rng):
+        x = f.var("x", "float32", [4, 1, 3, 5])
+        moved = f.reshape(f.transpose(x, [2, 0, 3, 1]), [1, 3, 4, 5])     # [3, 4, 5, 1]
+        f.tanh(f.transpose(moved, [0, 1, 3, 2]), name="y")                 # meets this one
+        f.reshape(f.transpose(x, [2, 0, 3, 1]), [12, 5], name="merged")     # not ones: stays
+
+    flow = check_pass(make, simplify_algebra, eliminate_dead_code)
+    y = flow.vars["f/y"].producer.inputs[0].producer
+    assert y.type == "Transpose" and y.inputs[0].producer.type == "Reshape"
+    assert y.inputs[0].producer.inputs[0].name == "f/x"
+    assert flow.vars["f/merged"].producer.inputs[0].producer.type == "Transpose"
+
+
 def test_simplify_algebra_shortens_lossless_cast_chains():
     def make(f, rng):
         x = f.var("x", "float32", [2, 3])

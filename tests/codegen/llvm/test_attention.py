@@ -19,7 +19,7 @@ from myelin.ops.attention import PERMS
 from myelin.optimize.attention import absorb_transposes, fuse_attention
 from myelin.optimize.cleanup import eliminate_dead_code
 
-from jitcheck import PRESETS, poison, relative_error
+from jitcheck import PRESETS, poison, relative_error, run_and_compare
 
 LOWEST = float(np.finfo(np.float32).min)
 
@@ -307,6 +307,29 @@ def test_attention_leaves_transposes_read_elsewhere_or_moving_the_last_axis():
     assert op.inputs[2].producer.type == "Transpose"         # v's last axis would move
     assert [v.name for v in op.inputs[1:2]] == ["f/k"]
     check_same_results(flow, optimized)
+
+
+def test_pytorch_multihead_attention_reads_its_heads_in_place():
+    """nn.MultiheadAttention's export: each operand's heads moved by a Reshape, a Transpose
+    and a Reshape that adds the batch axis, q and k scaled by a constant each, K^T made by
+    one more Transpose, the result moved back: the Transposes meet (simplify_algebra moves
+    them past the Reshapes of ones) and the Attention takes them in with the factors."""
+    rng = np.random.default_rng(3)
+    flow = myelin.Flow()
+    f = myelin.Builder(flow, "f")
+    factor = f.const(np.float32(8 ** -0.25))
+
+    def heads(name):
+        x = f.var(name, "float32", [9, 1, 24])
+        return f.reshape(f.transpose(f.reshape(x, [9, 3, 8]), [1, 0, 2]), [1, 3, 9, 8]), x
+
+    (q, xq), (k, xk), (v, xv) = heads("q"), heads("k"), heads("v")
+    scores = f.matmul(f.mul(q, factor), f.mul(f.transpose(k, [0, 1, 3, 2]), factor))
+    y = f.matmul(softmax(f, scores), v)
+    f.reshape(f.transpose(y, [2, 0, 1, 3]), [9, 24], name="y")
+    net = run_and_compare(flow, {"f": random_inputs(rng, [xq, xk, xv])}, 2e-6)
+    types = [step.type for step in net.cell("f").steps]
+    assert "Attention" in types and "Transpose" not in types and "Mul" not in types, types
 
 
 def test_pipeline_runs_the_pass_and_the_compiled_cell_has_one_step():
