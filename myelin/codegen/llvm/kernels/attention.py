@@ -62,7 +62,7 @@ class Plan:
         self.lanes = loops.lanes(ctx.target, self.dtype)
         self.sq, self.skv, self.d, self.dv = dimensions(step)
         shapes = operand_shapes(step)
-        self.batch = tuple(np.broadcast_shapes(*(shape[:-2] for shape in shapes)))
+        self.batch = _batch(shapes)
         # Each operand's (and the result's) strides in elements, axis by axis of its shape
         # through its permutation (see myelin.ops.attention).
         self.strides = {}
@@ -117,7 +117,7 @@ class AttentionKernel(Kernel):
 
     def flops(self, step):
         sq, skv, d, dv = dimensions(step)
-        return math.prod(step.outputs[0].shape[:-2]) * sq * skv * (2 * d + 2 * dv)
+        return math.prod(_batch(operand_shapes(step))) * sq * skv * (2 * d + 2 * dv)
 
     def emit(self, ctx, step):
         plan = Plan(ctx, step)
@@ -127,6 +127,11 @@ class AttentionKernel(Kernel):
         ctx.parallel("Attention", step.inputs + step.outputs, plan.tasks,
                      lambda sub, index: _Task(sub, step, plan, index).emit(),
                      outline=plan.large)
+
+
+def _batch(shapes):
+    """The batch axes of an attention of operands of ``shapes`` (q's, k's and v's)."""
+    return tuple(np.broadcast_shapes(*(shape[:-2] for shape in shapes)))
 
 
 def _no_keys(ctx, step, plan):
