@@ -66,11 +66,18 @@ def dimensions(op):
     return sq, skv, d, v[-1]
 
 
+def keeps_last_axis(name, perm):
+    """Whether permutation ``perm`` may be attribute ``name`` as far as the last axis goes:
+    those of q, v and the output keep it last (the kernel reads and writes their rows as
+    vectors), K's may move it."""
+    return name == "perm_k" or perm[-1] == len(perm) - 1
+
+
 def _check_permutation(op, name, rank):
     perm = permutation(op, name, rank)
     if sorted(perm) != list(range(rank)):
         raise error(op, f"{name} {list(perm)} is not a permutation of {rank} axes")
-    if name != "perm_k" and perm[-1] != rank - 1:
+    if not keeps_last_axis(name, perm):
         raise error(op, f"{name} {list(perm)} moves the last axis")
 
 

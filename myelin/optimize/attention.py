@@ -32,7 +32,7 @@ import numpy as np
 
 from myelin.flow import dtypes
 from myelin.ops.array import transpose_permutation
-from myelin.ops.attention import PERMS, permutation, seen_keys
+from myelin.ops.attention import PERMS, keeps_last_axis, permutation, seen_keys
 from myelin.ops.reduction import reduced_axes
 from myelin.ops.registry import attribute
 from myelin.optimize.cleanup import pinned
@@ -228,7 +228,7 @@ def _absorb_operands(flow, op):
             if producer.type == "Transpose":
                 inner = transpose_permutation(producer)     # x = transpose(source, inner)
                 perm = [inner[axis] for axis in permutation(op, name, x.rank)]
-                if name != "perm_k" and perm[-1] != len(perm) - 1:
+                if not keeps_last_axis(name, perm):
                     break
                 source = producer.inputs[0]
                 op.attrs[name] = perm
@@ -269,7 +269,7 @@ def _absorb_result(flow, op):
         return False
     current = permutation(op, "perm_out", out.rank)
     perm = [current[axis] for axis in transpose_permutation(transpose)]
-    if perm[-1] != len(perm) - 1:
+    if not keeps_last_axis("perm_out", perm):
         return False
     target = transpose.outputs[0]
     flow.delete_op(transpose)

@@ -10,7 +10,9 @@
   ``Transpose`` by the identity permutation;
 * a ``Transpose`` that moves only axes of size 1 (PyTorch's exports of batch-first
   transformers swap a batch of 1 with the sequence) becomes a ``Reshape``: its output has
-  the input's bytes in their order, a view rather than a copy;
+  the input's bytes in their order, a view rather than a copy; one read by a ``Reshape`` that
+  only inserts or removes axes of size 1 moves past it, to meet the next Transpose or the
+  Attention that takes it in (:mod:`myelin.optimize.attention`);
 * ``Transpose(Transpose(x))`` becomes one Transpose of ``x``, ``Reshape(Reshape(x))`` one
   Reshape of ``x``, and ``Cast(Cast(x))`` one Cast of ``x`` when the inner cast is lossless,
   or converts integers within its type's range (a quantization's clamped, rounded values) to
