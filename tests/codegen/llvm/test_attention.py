@@ -368,6 +368,13 @@ def check_kernel(rng, batch, sq, skv, d, dv, attrs, bias_shapes, threads=1, feat
     k_shape = [d, skv] if attrs.get("transpose_k") else [skv, d]
     shapes = [batch + [sq, d], batch + k_shape, batch + [skv, dv]] + bias_shapes
     y, inputs = attention_op(f, shapes, dtype, **attrs)
+    compute_and_compare(rng, flow, y, inputs, threads, features, fill, tolerance)
+
+
+def compute_and_compare(rng, flow, y, inputs, threads=1, features="host", fill=None,
+                        tolerance=2e-6):
+    """Compile ``flow``, compute its output ``y`` on random ``inputs`` (``fill(values)`` may
+    change them) in a poisoned instance and compare it with the reference."""
     net = myelin.Compiler(threads=threads, features=features).compile(flow)
     data = net.cell("f").instance()
     poison(data)
@@ -416,17 +423,7 @@ def test_kernel_through_permutations(layout, sq, skv, d, dv, causal, threads):
         f, [[2, sq, heads, d], k_shape, [2, skv, heads, dv], [2, 1, 1, skv]],
         transpose_k=True, causal=causal, scale=0.3, perm_q=[0, 2, 1, 3], perm_k=perm_k,
         perm_v=[0, 2, 1, 3], perm_out=[0, 2, 1, 3])
-    net = myelin.Compiler(threads=threads).compile(flow)
-    data = net.cell("f").instance()
-    poison(data)
-    values = random_inputs(rng, inputs)
-    for var, value in values.items():
-        data[var] = value
-    data.compute()
-    want = reference.run(flow, "f", values)[y.name]
-    got = np.asarray(data[y])
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    assert relative_error(got, want) < 2e-6
+    compute_and_compare(rng, flow, y, inputs, threads)
 
 
 def test_kernel_in_float64():
