@@ -222,8 +222,7 @@ def _absorb_operands(flow, op):
         while True:
             x = op.inputs[index]
             producer = x.producer
-            if (producer is None or not _inner(x, op)
-                    or sum(1 for other in op.inputs if other is x) != 1):
+            if producer is None or not _inner(x, op):     # (read once, by op alone)
                 break
             if producer.type == "Transpose":
                 inner = transpose_permutation(producer)     # x = transpose(source, inner)

@@ -41,7 +41,7 @@ def _may_fold(step, outputs):
         return False
     return all(out.kind == LOCAL and not out.is_output and not out.ref
                and out.view_of is None and out.slice_of is None and out.dtype == source.dtype
-               and sum(1 for other in outputs if other is out) == 1 for out in outputs)
+               for out in outputs)
 
 
 def _parts(step):
