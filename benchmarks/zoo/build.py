@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from zoo import catalog  # noqa: E402
 
 
-def select(models, names=(), match=None, fast=False, cnn=False):
+def select(models, names=(), match=None, fast=False, cnn=False, transformers=False):
     """The catalog's models named in ``names`` (in that order; all if none), matching
-    ``match``, in the quick subset (``fast``) or the convolutional networks (``cnn``);
-    unknown names raise SystemExit."""
+    ``match``, in the quick subset (``fast``), the convolutional networks (``cnn``) or the
+    transformers (``transformers``); unknown names raise SystemExit."""
     unknown = [name for name in names if name not in models]
     if unknown:
         raise SystemExit(f"unknown zoo models: {', '.join(unknown)}")
@@ -37,6 +37,8 @@ def select(models, names=(), match=None, fast=False, cnn=False):
         chosen = [m for m in chosen if m.fast]
     if cnn:
         chosen = [m for m in chosen if m.cnn]
+    if transformers:
+        chosen = [m for m in chosen if m.transformer]
     return chosen
 
 

@@ -40,9 +40,12 @@ class Model:
     """A zoo model: ``build(model, path)`` writes the ONNX file at ``path`` and returns a
     one-line description of its source; ``inputs`` are in the order of the graph's inputs.
     ``base`` is the float32 model a float16 or int8 variant is made from, ``precision`` the
-    model's arithmetic (float32, float16, int8), ``fast`` marks the quick subset and ``cnn``
+    model's arithmetic (float32, float16, int8), ``fast`` marks the quick subset, ``cnn``
     the convolutional networks (classification, detection and segmentation backbones, mobile
-    nets) whose speed ``run.py --cnn`` sums up."""
+    nets) whose speed ``run.py --cnn`` sums up, and ``transformer`` the float32 networks of
+    transformer layers (text, audio and vision; and MLP-Mixer, whose layers are a
+    transformer's with the attention made a product) whose speed ``run.py --transformers``
+    sums up."""
 
     name: str
     family: str
@@ -53,6 +56,7 @@ class Model:
     base: str = None
     fast: bool = False
     cnn: bool = False
+    transformer: bool = False
 
 
 MODELS = {}

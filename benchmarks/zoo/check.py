@@ -139,9 +139,10 @@ class _Progress:
 
 
 def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=True,
-                rounds=10, round_seconds=0.05, compiler_options=None):
+                rounds=10, round_seconds=0.05, compiler_options=None, profile=False):
     """Check one model (see the module docstring); ``meta`` is its description (inputs by
-    kind, precision, base model file). Returns the result dict."""
+    kind, precision, base model file). Returns the result dict; with ``profile``, it has the
+    model's :func:`top_kernels` too."""
     import myelin.onnx
     from myelin.errors import UnsupportedOpError, UnsupportedTypeError
 
@@ -216,8 +217,42 @@ def check_model(onnx_path, meta, progress_path=None, repeats=REPEATS, timing=Tru
         progress.stage("latency")
         result.update(latency(lambda: model.run(feeds), lambda: session.run(None, feeds),
                               rounds, round_seconds))
+    if profile:
+        progress.stage("profile")
+        result["top_kernels"] = top_kernels(onnx_path, feeds, compiler_options)
     result.pop("stage", None)
     return result
+
+
+def top_kernels(onnx_path, feeds, compiler_options=None, count=3, seconds=1.0):
+    """Where a model's time goes: its steps grouped by kernel (the name without the variant),
+    the ``count`` largest as dicts of ``kernel``, ``steps``, ``percent`` of the time and
+    ``gflops`` (0 for kernels that do not count their operations), from a profiled compile
+    computing ``feeds`` for about ``seconds``."""
+    import myelin.onnx
+
+    model = myelin.onnx.load(str(onnx_path), **{**(compiler_options or {}), "profile": True})
+    model.run(feeds)
+    cells = model.network().cells
+    for cell in cells:
+        cell.reset_profile()
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        model.run(feeds)
+    groups, total = {}, 0.0
+    for cell in cells:
+        for row in cell.profile().rows():
+            if row.kind == "total":
+                total += row.seconds
+            elif row.kind == "step":
+                group = groups.setdefault(row.kernel.split("[")[0], [0, 0.0, 0.0])
+                group[0] += 1
+                group[1] += row.seconds
+                group[2] += row.flops * row.calls
+    ranked = sorted(groups.items(), key=lambda item: -item[1][1])[:count]
+    return [{"kernel": kernel, "steps": steps, "percent": 100.0 * spent / total if total else 0.0,
+             "gflops": flops / spent / 1e9 if spent else 0.0}
+            for kernel, (steps, spent, flops) in ranked]
 
 
 def repeat(model, feeds, first, repeats=REPEATS):

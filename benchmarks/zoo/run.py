@@ -5,6 +5,7 @@
     python benchmarks/zoo/run.py --match 'int8|fp16' --json out.json
     python benchmarks/zoo/run.py --fast             # the quick subset
     python benchmarks/zoo/run.py --cnn              # the CNNs, and their speed goals
+    python benchmarks/zoo/run.py --transformers     # the transformers, their goals and profiles
     python benchmarks/zoo/run.py --report           # the table of the results kept so far
     python benchmarks/zoo/run.py --compile-time     # benchmarks/compile_time.py over the zoo
 
@@ -38,16 +39,17 @@ HEADER = (f"{'model':<34} {'outcome':<16} {'compile s':>9} {'max rel err':>11} "
           f"{'myelin':>10} {'ORT':>10} {'ratio':>6}  note")
 
 
-def check_in_subprocess(name, folder, timeout, env=None):
-    """Check model ``name`` in a subprocess; returns its result dict, with ``timeout`` or
-    ``crash`` (and the stage it reached) when the subprocess does not finish."""
+def check_in_subprocess(name, folder, timeout, env=None, profile=False):
+    """Check model ``name`` in a subprocess (``profile``: with its top kernels); returns its
+    result dict, with ``timeout`` or ``crash`` (and the stage it reached) when the subprocess
+    does not finish."""
     onnx_path, json_path = catalog.paths(name, folder)
     if not json_path.exists():
         return {"name": name, "outcome": "not built"}
     with tempfile.TemporaryDirectory(prefix="myelin-zoo-") as tmp:
         out = Path(tmp) / "result.json"
         command = [sys.executable, __file__, "--one", name, "--dir", str(folder),
-                   "--out", str(out)]
+                   "--out", str(out)] + (["--profile"] if profile else [])
         env = dict(os.environ, **(env or {}))
         env.setdefault("MYELIN_CACHE", "off")
         start = time.perf_counter()
@@ -75,7 +77,7 @@ def check_in_subprocess(name, folder, timeout, env=None):
     return result
 
 
-def check_here(name, folder, out):
+def check_here(name, folder, out, profile=False):
     """The subprocess's work: check one model, writing the result to ``out``."""
     from zoo import check
 
@@ -83,7 +85,7 @@ def check_here(name, folder, out):
     meta = catalog.read_meta(json_path)
     if meta.get("base"):
         meta["base_path"] = str(catalog.paths(meta["base"], folder)[0])
-    result = check.check_model(onnx_path, meta, progress_path=out)
+    result = check.check_model(onnx_path, meta, progress_path=out, profile=profile)
     result["source"] = meta.get("source")
     import myelin
     result["myelin"] = str(Path(myelin.__file__).parent)    # which copy of myelin was checked
@@ -154,7 +156,8 @@ def summary(results):
     return lines
 
 
-CNN_GOALS = [  # (what, models (None: all), statistic, goal): myelin latency / ORT latency
+# Speed goals: (what, models (None: all), statistic, goal) of myelin's latency / ORT's.
+CNN_GOALS = [  # issue 24
     ("median over the zoo's CNNs", None, statistics.median, 0.9),
     ("worst zoo CNN", None, max, 1.3),
     ("ResNet-18 and ResNet-50, batch 1", ("resnet18", "resnet50"), max, 0.9),
@@ -162,14 +165,18 @@ CNN_GOALS = [  # (what, models (None: all), statistic, goal): myelin latency / O
      ("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0"), max, 1.0),
     ("ResNet-50, batch 8", ("resnet50_batch8",), max, 0.9),
 ]
+TRANSFORMER_GOALS = [  # issue 25
+    ("median over the zoo's transformers", None, statistics.median, 0.8),
+    ("worst zoo transformer", None, max, 1.2),
+]
 
 
-def cnn_goals(results):
-    """The speed goals for convolutional networks (issue 24) as a Markdown table: each
-    statistic of the latency ratios, its goal and whether it is met."""
+def goals_table(results, goals):
+    """Speed ``goals`` (:data:`CNN_GOALS`, :data:`TRANSFORMER_GOALS`) as a Markdown table:
+    each statistic of the latency ratios, its goal and whether it is met."""
     ratios = {r["name"]: r["ratio"] for r in results if r.get("ratio")}
     lines = ["| workload | myelin / ONNX Runtime | goal | met |", "|---|---|---|---|"]
-    for what, names, statistic, goal in CNN_GOALS:
+    for what, names, statistic, goal in goals:
         values = [ratios[n] for n in names if n in ratios] if names else list(ratios.values())
         if not values or (names and len(values) < len(names)):
             lines.append(f"| {what} | not measured | <= {goal} | |")
@@ -179,6 +186,18 @@ def cnn_goals(results):
     wrong = [r["name"] for r in results if r["outcome"] != "ok"]
     lines.append(f"\nall {len(results)} match ONNX Runtime" if not wrong
                  else f"\nnot ok: {', '.join(wrong)}")
+    return lines
+
+
+def top_kernels_lines(results):
+    """Each profiled model's largest kinds of step: kernel, share of the time, GFLOP/s."""
+    lines = []
+    for r in results:
+        if r.get("top_kernels"):
+            lines.append(f"{r['name']}: " + ", ".join(
+                f"{k['kernel']} x{k['steps']} {k['percent']:.0f}%"
+                + (f" ({k['gflops']:.0f} GFLOP/s)" if k["gflops"] else "")
+                for k in r["top_kernels"]))
     return lines
 
 
@@ -208,6 +227,9 @@ def main(argv=None):
     parser.add_argument("--fast", action="store_true", help="only the quick subset")
     parser.add_argument("--cnn", action="store_true",
                         help="only the convolutional networks, with the speed goals they meet")
+    parser.add_argument("--transformers", action="store_true",
+                        help="only the transformers, with the speed goals they meet and each "
+                             "one's top three kernels from a profiled run")
     parser.add_argument("--dir", type=Path, default=None, help="the zoo folder")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per model")
     parser.add_argument("--json", type=Path, default=None, help="where results are kept")
@@ -218,6 +240,7 @@ def main(argv=None):
                         help="run benchmarks/compile_time.py (its default models and the "
                              "median over every built model) instead of the checks")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     folder = args.dir or catalog.zoo_dir()
@@ -226,9 +249,10 @@ def main(argv=None):
         return compile_time.main(["--zoo", "--dir", str(folder)]
                                  + (["--models", ",".join(args.names)] if args.names else []))
     if args.one:
-        check_here(args.one, folder, args.out)
+        check_here(args.one, folder, args.out, args.profile)
         return 0
-    models = select(catalog.load_all(), args.names, args.match, args.fast, args.cnn)
+    models = select(catalog.load_all(), args.names, args.match, args.fast, args.cnn,
+                    args.transformers)
     path = args.json or folder / "results.json"
     if args.report:
         kept = _kept(path)
@@ -237,7 +261,8 @@ def main(argv=None):
         print(HEADER, flush=True)
         results = []
         for model in models:
-            result = check_in_subprocess(model.name, folder, args.timeout)
+            result = check_in_subprocess(model.name, folder, args.timeout,
+                                         profile=args.transformers)
             results.append(result)
             print(row(result), flush=True)
             kept = _kept(path)               # read again: another run may have added some
@@ -247,7 +272,10 @@ def main(argv=None):
             os.replace(tmp, path)
     report(results, args.markdown)
     if args.cnn:
-        print("\n".join([""] + cnn_goals(results)))
+        print("\n".join([""] + goals_table(results, CNN_GOALS)))
+    if args.transformers:
+        print("\n".join([""] + goals_table(results, TRANSFORMER_GOALS) + [""]
+                         + top_kernels_lines(results)))
     if not args.report:
         print(f"\nresults kept in {path}")
     return 0

@@ -31,22 +31,22 @@ def build(model, path):
     return f"timm {options['arch']} {list(shape)}, random weights, {how}"
 
 
-def timm_model(name, arch, size=224, fast=False, cnn=False, **options):
+def timm_model(name, arch, size=224, fast=False, cnn=False, transformer=False, **options):
     return add(Model(name, "timm", build, (Input("image", (1, 3, size, size)),),
-                     dict(arch=arch, **options), fast=fast, cnn=cnn))
+                     dict(arch=arch, **options), fast=fast, cnn=cnn, transformer=transformer))
 
 
-timm_model("vit_tiny", "vit_tiny_patch16_224")
-timm_model("vit_small_dynamo", "vit_small_patch16_224", dynamo=True)
-timm_model("deit_tiny_distilled", "deit_tiny_distilled_patch16_224")
-timm_model("maxvit_pico", "maxvit_rmlp_pico_rw_256", size=256)
-timm_model("coatnet_nano", "coatnet_nano_rw_224")
-timm_model("levit_128s", "levit_128s")
-timm_model("mobilevit_xxs", "mobilevit_xxs", size=256)
-timm_model("efficientformer_l1", "efficientformer_l1")
-timm_model("pvt_v2_b0", "pvt_v2_b0")
-timm_model("cait_xxs24", "cait_xxs24_224")
-timm_model("mixer_s16", "mixer_s16_224")
+timm_model("vit_tiny", "vit_tiny_patch16_224", transformer=True)
+timm_model("vit_small_dynamo", "vit_small_patch16_224", dynamo=True, transformer=True)
+timm_model("deit_tiny_distilled", "deit_tiny_distilled_patch16_224", transformer=True)
+timm_model("maxvit_pico", "maxvit_rmlp_pico_rw_256", size=256, transformer=True)
+timm_model("coatnet_nano", "coatnet_nano_rw_224", transformer=True)
+timm_model("levit_128s", "levit_128s", transformer=True)
+timm_model("mobilevit_xxs", "mobilevit_xxs", size=256, transformer=True)
+timm_model("efficientformer_l1", "efficientformer_l1", transformer=True)
+timm_model("pvt_v2_b0", "pvt_v2_b0", transformer=True)
+timm_model("cait_xxs24", "cait_xxs24_224", transformer=True)
+timm_model("mixer_s16", "mixer_s16_224", transformer=True)
 timm_model("poolformer_s12", "poolformer_s12")
 timm_model("ghostnet_100", "ghostnet_100", cnn=True)
 timm_model("mixnet_s", "mixnet_s", cnn=True)

@@ -76,10 +76,10 @@ def build(model, path):
     return f"torchvision {options['arch']} {list(shape)}, random weights, {how}{extra}"
 
 
-def vision(name, arch, size=224, batch=1, fast=False, cnn=False, **options):
+def vision(name, arch, size=224, batch=1, fast=False, cnn=False, transformer=False, **options):
     shape = (batch, 3, size, size) if "shape" not in options else options.pop("shape")
     return add(Model(name, "torchvision", build, (Input("image", shape),),
-                     dict(arch=arch, **options), fast=fast, cnn=cnn))
+                     dict(arch=arch, **options), fast=fast, cnn=cnn, transformer=transformer))
 
 
 # CNNs.
@@ -107,8 +107,8 @@ vision("efficientnet_v2_s", "efficientnet_v2_s", size=192, cnn=True)
 vision("mnasnet0_5", "mnasnet0_5", cnn=True)
 vision("shufflenet_v2_x1_0", "shufflenet_v2_x1_0", cnn=True)
 # Vision transformers.
-vision("swin_t", "swin_t")
-vision("maxvit_t", "maxvit_t")
+vision("swin_t", "swin_t", transformer=True)
+vision("maxvit_t", "maxvit_t", transformer=True)
 # Segmentation heads.
 vision("fcn_resnet50", "fcn_resnet50", size=128, module="segmentation", wrap="out",
        kwargs=dict(weights_backbone=None, aux_loss=False), cnn=True)

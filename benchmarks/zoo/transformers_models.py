@@ -80,7 +80,7 @@ def text(name, config, model_class, config_kwargs, batch=1, seq=128, mask=True, 
         names.append(extra)
     return add(Model(name, "transformers", build, tuple(inputs),
                      dict(config=config, model=model_class, config_kwargs=config_kwargs,
-                          names=names, **options), fast=fast))
+                          names=names, **options), fast=fast, transformer=True))
 
 
 ENCODER = dict(vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -142,18 +142,22 @@ add(Model("whisper_encoder", "transformers", build,
                                   decoder_attention_heads=4, encoder_ffn_dim=1024,
                                   decoder_ffn_dim=1024, num_mel_bins=80,
                                   max_source_positions=250, pad_token_id=0, bos_token_id=1,
-                                  eos_token_id=2, decoder_start_token_id=1))))
+                                  eos_token_id=2, decoder_start_token_id=1)),
+          transformer=True))
 add(Model("wav2vec2", "transformers", build, (Input("audio", (1, 16000)),),
           dict(config="Wav2Vec2Config", model="Wav2Vec2Model", names=["input_values"],
                config_kwargs=dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                                   intermediate_size=1024,
                                   conv_dim=(256, 256, 256, 256, 256, 256, 256),
-                                  num_conv_pos_embeddings=64))))
+                                  num_conv_pos_embeddings=64)),
+          transformer=True))
 # Vision.
 add(Model("hf_swin_tiny", "transformers", build, (Input("image", (1, 3, 224, 224)),),
           dict(config="SwinConfig", model="SwinModel", names=["pixel_values"],
                config_kwargs=dict(image_size=224, embed_dim=96, depths=[2, 2, 6, 2],
-                                  num_heads=[3, 6, 12, 24]))))
+                                  num_heads=[3, 6, 12, 24])),
+          transformer=True))
 add(Model("segformer", "transformers", build, (Input("image", (1, 3, 256, 256)),),
           dict(config="SegformerConfig", model="SegformerForSemanticSegmentation",
-               names=["pixel_values"], output="logits", config_kwargs=dict(num_labels=19))))
+               names=["pixel_values"], output="logits", config_kwargs=dict(num_labels=19)),
+          transformer=True))
