@@ -84,8 +84,10 @@ class Plan:
         self.transpose_k = attribute(step, "transpose_k")
         self.key_stride, self.depth_stride = ((k_columns, k_rows) if self.transpose_k
                                               else (k_rows, k_columns))
-        self.rows = max(1, min(self.sq, (ctx.target.vector_registers - SCORE_VECTORS - 1)
-                               // SCORE_VECTORS))
+        # As many rows as the registers hold, evened out over the tiles a query block needs
+        # (128 queries: 10 tiles of 13 rows, not 9 of 14 and one of 2).
+        most_rows = max(1, (ctx.target.vector_registers - SCORE_VECTORS - 1) // SCORE_VECTORS)
+        self.rows = _ceil(self.sq, _ceil(self.sq, most_rows)) if self.sq else 1
         self.dv_vectors = _ceil(self.dv, self.lanes)
         self.dv_pad = self.dv_vectors * self.lanes
         self.packs_values = self.dv != self.dv_pad
