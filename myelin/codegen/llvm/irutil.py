@@ -95,6 +95,16 @@ def i64(value):
     return ir.Constant(I64, int(value))
 
 
+def smin(builder, x, y):
+    """The smaller of signed integers ``x`` and ``y``."""
+    return builder.select(builder.icmp_signed("<", x, y), x, y)
+
+
+def smax(builder, x, y):
+    """The larger of signed integers ``x`` and ``y``."""
+    return builder.select(builder.icmp_signed(">", x, y), x, y)
+
+
 def splat(builder, scalar, width):
     """Broadcast a scalar value to a vector of ``width`` lanes (the scalar itself for width 1)."""
     if width == 1:

@@ -37,6 +37,23 @@ def test_transpose(dtype, features):
     run_and_compare(flow, _inputs(flow, np.random.default_rng()), 0, features, exact=True)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_transpose_split_over_threads(threads):
+    """Large transposes in register blocks split over the threads: by planes (the outer
+    axes: 64 planes, 2 x 5), or by bands of rows where the planes are fewer than the tasks
+    (one plane whose rows do not fill the last band, or its last register block)."""
+    flow = myelin.Flow()
+    for count, (shape, perm) in enumerate([((64, 16, 257), (0, 2, 1)),
+                                           ((2, 5, 300, 40), (1, 0, 3, 2)),
+                                           ((1, 196, 520), (0, 2, 1)),
+                                           ((1000, 1030), (1, 0)),
+                                           ((33, 4099), (1, 0))]):
+        f = myelin.Builder(flow, f"f{count}")
+        f.transpose(f.var("x", "float32", shape), list(perm))
+    run_and_compare(flow, _inputs(flow, np.random.default_rng()), 0, exact=True,
+                    threads=threads)
+
+
 @pytest.mark.parametrize("features", ["host", "sse"])
 def test_concat_split_slice(features):
     flow = myelin.Flow()

@@ -147,14 +147,6 @@ def _no_keys(ctx, step, plan):
                                                              value)])
 
 
-def _min(b, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _max(b, x, y):
-    return b.select(b.icmp_signed(">", x, y), x, y)
-
-
 def _larger(b, x, y):
     """The larger of floats ``x`` and ``y``: ``x`` where they do not compare (a NaN ``y``
     is passed over)."""
@@ -179,14 +171,15 @@ class _Task:
             block = b.urem(self.index, irutil.i64(plan.row_blocks))
         self._pointers(batch)
         self.first = b.mul(block, irutil.i64(plan.block_rows))
-        self.count = _min(b, irutil.i64(plan.block_rows), b.sub(irutil.i64(plan.sq), self.first))
+        self.count = irutil.smin(b, irutil.i64(plan.block_rows),
+                                 b.sub(irutil.i64(plan.sq), self.first))
         self._buffers()
         keys = irutil.i64(plan.skv)
         if plan.causal:
             last = b.add(self.first, b.sub(self.count, irutil.i64(1)))
-            keys = _max(b, _min(b, self._seen(last), keys), irutil.i64(0))
+            keys = irutil.smax(b, irutil.smin(b, self._seen(last), keys), irutil.i64(0))
         with irutil.for_range(b, 0, keys, plan.block, name="kv") as start:
-            count = _min(b, irutil.i64(plan.block), b.sub(keys, start))
+            count = irutil.smin(b, irutil.i64(plan.block), b.sub(keys, start))
             self._pack_keys(start, count)
             values, stride = self._values(start, count)
             tiles = b.udiv(b.add(self.count, irutil.i64(plan.rows - 1)), irutil.i64(plan.rows))
@@ -314,7 +307,7 @@ class _Task:
         zero = irutil.const(self.vector, 0)
         with irutil.for_range(b, 0, width, lanes, name="kb") as key0:
             keys = [b.add(key0, irutil.i64(r)) for r in range(lanes)]
-            rows = [b.mul(b.add(start, _min(b, key, last)), irutil.i64(plan.key_stride))
+            rows = [b.mul(b.add(start, irutil.smin(b, key, last)), irutil.i64(plan.key_stride))
                     for key in keys]
             with irutil.for_range(b, 0, depths, lanes, name="kdb") as depth:
                 block = [b.select(b.icmp_signed("<", key, count),
@@ -347,7 +340,7 @@ class _Task:
         seen, used = count, count
         if plan.causal:
             seen = b.sub(self._seen(first), start)
-            used = _min(b, count, b.add(seen, irutil.i64(plan.rows - 1)))
+            used = irutil.smin(b, count, b.add(seen, irutil.i64(plan.rows - 1)))
         with b.if_then(b.icmp_signed(">", used, irutil.i64(0))):
             self._scores(first, used)
             self._softmax(first, local, start, used, seen)
@@ -371,7 +364,7 @@ class _Task:
         b, plan = self.b, self.plan
         table = irutil.stack_array(b, irutil.PTR, plan.rows, 8)
         for r in range(plan.rows):
-            query = _min(b, b.add(first, irutil.i64(r)), irutil.i64(plan.sq - 1))
+            query = irutil.smin(b, b.add(first, irutil.i64(r)), irutil.i64(plan.sq - 1))
             b.store(irutil.element_ptr(b, self.q, plan.dtype,
                                        b.mul(query, irutil.i64(plan.q_row))),
                     irutil.element_ptr(b, table, "int64", r))
@@ -432,9 +425,9 @@ class _Task:
         largest (NaNs passed over: they reach the row through its sum)."""
         b, plan = self.b, self.plan
         lanes, dtype = plan.lanes, plan.dtype
-        query = _min(b, b.add(first, r), irutil.i64(plan.sq - 1))
+        query = irutil.smin(b, b.add(first, r), irutil.i64(plan.sq - 1))
         scores = irutil.element_ptr(b, self.scores, dtype, b.mul(r, irutil.i64(plan.block)))
-        visible = _max(b, _min(b, b.add(seen, r), used), irutil.i64(0))
+        visible = irutil.smax(b, irutil.smin(b, b.add(seen, r), used), irutil.i64(0))
 
         def prepare(at, part, peak):
             x = self._get(scores, at, lanes)
@@ -572,7 +565,7 @@ def _values_function(module, plan, vectors, stride):
                 out.append(new)
         return out
 
-    full = _max(b, _min(b, seen, used), irutil.i64(0))
+    full = irutil.smax(b, irutil.smin(b, seen, used), irutil.i64(0))
     with irutil.accumulating_loop(b, 0, full, accumulators, name="k") as loop:
         loop.set_next(step(loop.index, loop.values, False))
     with irutil.accumulating_loop(b, full, used, loop.results, name="kg") as guarded:

@@ -1,10 +1,12 @@
 """Kernels that move data without arithmetic: views, copies, transpose, concat, split, slice,
 gather, arg-reductions, shape queries and assignment."""
 
+import math
+
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
-from myelin.codegen.llvm.kernels.base import Kernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import ELEMENT_WORK, Kernel, parallel_elementwise
 from myelin.flow import dtypes
 
 
@@ -75,25 +77,61 @@ class TransposeKernel(Kernel):
         lanes = loops.lanes(ctx.target, out.dtype)
         if (len(shape) >= 2 and reads[-2] == 1 and reads[-1] != 1 and lanes >= 4
                 and min(shape[-2:]) >= lanes and out.dtype == source.dtype):
-            _blocked_transpose(ctx, source, out, shape, reads, lanes)
+            _blocked_transpose(ctx, f"Transpose.{step.name}", source, out, shape, reads,
+                               lanes)
             return
         parallel_elementwise(ctx, f"Transpose.{step.name}", [source, out], out.shape,
                              lambda sub: ([sub.operand(source, strides)], [sub.operand(out)]),
                              lambda builder, values, lanes: values)
 
 
-def _blocked_transpose(ctx, source, out, shape, reads, lanes):
+def _blocked_transpose(ctx, name, source, out, shape, reads, lanes):
     """out[..., i, j] = source at i + j * reads[-1] (+ the outer axes' strides), for an output
-    of merged ``shape``: each plane by a call of :func:`_plane_function`, shared by every
-    transpose of the type (its sizes are arguments)."""
+    of merged ``shape``: each plane, or band of a plane's rows, by a call of
+    :func:`_plane_function`, shared by every transpose of the type (its sizes are arguments).
+    A large transpose is split over the threads by planes, and by bands of rows (whole
+    register blocks) where there are fewer planes than tasks."""
     b, dtype = ctx.builder, out.dtype
     rows, columns = shape[-2:]
+    outer = shape[:-2]
     writes = loops.contiguous_strides(shape)
-    operands = [ctx.operand(source, reads), ctx.operand(out, writes)]
     plane = ctx.function(("transpose plane", dtype, lanes),
                          lambda module: _plane_function(module, dtype, lanes))
-    loops.outer_loops(b, shape[:-2], operands, [reads[:-2], writes[:-2]], lambda pointers: b.call(
-        plane, list(pointers) + [irutil.i64(rows), irutil.i64(columns), irutil.i64(reads[-1])]))
+    planes = math.prod(outer)
+    if planes == 0:
+        return
+    work = planes * rows * columns * ELEMENT_WORK
+    wanted, _ = ctx.chunks(planes * rows, work)
+    band = -(-rows // (-(-wanted // planes) * lanes)) * lanes      # rows per task, in blocks
+    bands = -(-rows // band)
+    tasks, size = ctx.chunks(planes * bands, work)
+    if tasks == 1:
+        operands = [ctx.operand(source, reads), ctx.operand(out, writes)]
+        loops.outer_loops(b, outer, operands, [reads[:-2], writes[:-2]], lambda pointers: b.call(
+            plane, list(pointers) + [irutil.i64(rows), irutil.i64(columns),
+                                     irutil.i64(reads[-1])]))
+        return
+
+    def task(sub, index):
+        tb = sub.builder
+        src, dst = sub.operand(source, reads).ptr, sub.operand(out, writes).ptr
+        first = tb.mul(index, irutil.i64(size))
+        last = irutil.smin(tb, tb.add(first, irutil.i64(size)), irutil.i64(planes * bands))
+        with irutil.for_range(tb, first, last, name="unit") as unit:
+            rest, row = tb.udiv(unit, irutil.i64(bands)), tb.urem(unit, irutil.i64(bands))
+            row = tb.mul(row, irutil.i64(band))
+            read, write = row, tb.mul(row, irutil.i64(columns))
+            for axis in reversed(range(len(outer))):
+                at = tb.urem(rest, irutil.i64(outer[axis]))
+                rest = tb.udiv(rest, irutil.i64(outer[axis]))
+                read = tb.add(read, tb.mul(at, irutil.i64(reads[axis])))
+                write = tb.add(write, tb.mul(at, irutil.i64(writes[axis])))
+            count = irutil.smin(tb, irutil.i64(band), tb.sub(irutil.i64(rows), row))
+            tb.call(plane, [irutil.element_ptr(tb, src, dtype, read),
+                            irutil.element_ptr(tb, dst, dtype, write), count,
+                            irutil.i64(columns), irutil.i64(reads[-1])])
+
+    ctx.parallel(name, [source, out], tasks, task)
 
 
 def _plane_function(module, dtype, lanes):
