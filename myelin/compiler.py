@@ -15,6 +15,7 @@ an NVIDIA GPU instead (:mod:`myelin.cuda`).
 
 import contextlib
 import functools
+import inspect
 import itertools
 import json
 import logging
@@ -34,7 +35,7 @@ from myelin.codegen.llvm.cell import emit_cell, profile_counters
 from myelin.codegen.llvm.externals import Externals, rebind
 from myelin.codegen.llvm.kernelcache import KernelCache
 from myelin.codegen.llvm.kernels.constants import pass_constants
-from myelin.errors import CompileError, FlowError
+from myelin.errors import CompileError, FlowError, InputError
 from myelin.flow import dtypes, fileformat
 from myelin.memory import aligned_zeros
 from myelin.optimize import weight_storage
@@ -442,6 +443,19 @@ class Compiler:
             spec.address = memory_block.ctypes.data
             arrays[name] = (spec, array)
         return arrays
+
+
+def checked_options(options):
+    """Compiler ``options`` that a front end keeps to compile later, checked at once so that a
+    mistake shows where it is made: InputError names an unknown option (and the known ones),
+    and the compiler raises its own error for a value it refuses. Returns ``options``."""
+    known = list(inspect.signature(Compiler).parameters)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InputError(f"unknown compiler options {unknown}; the compiler's options are "
+                         f"{', '.join(known)}")
+    Compiler(**options)
+    return options
 
 
 def _read_at_run_time(planned):

@@ -1,4 +1,5 @@
-"""Dynamic (-1) dimensions of a flow: compiled at the flow's ``batch_size``, never guessed.
+"""Dynamic (-1) dimensions of a flow: compiled at the flow's ``batch_size``, never guessed;
+named and other dimensions that are not sizes refused where the variable is made.
 
 A -1 once became 1 without a word; now a flow with one and no batch size is a ShapeError that
 says how to give it, and the batch size is part of the compile cache's key (a network compiled
@@ -63,3 +64,17 @@ def test_the_command_takes_the_batch_size_of_a_flow_file(tmp_path, capsys):
     assert main(["run", path, "--random", "--batch-size", "3", "--output-dir",
                  str(tmp_path)], None) == 0
     assert np.load(tmp_path / "f_y.npy").shape == (3, 4, 2)
+
+
+@pytest.mark.parametrize("shape, message", [
+    (["batch", 16], r"dimension 'batch' of shape \['batch', 16\] is not a size: myelin "
+                    r"compiles concrete sizes \(named dimensions are not implemented\); give "
+                    r"its size, or -1 and flow.batch_size = N"),
+    ([2.5, 16], r"dimension 2.5 of shape \[2.5, 16\] is not a size \(an int >= 0, or -1"),
+    ([-2, 16], "dimension -2 of shape"),
+    ([None, 16], "dimension None of shape"),
+])
+def test_a_dimension_that_is_not_a_size_is_a_shape_error(shape, message):
+    f = myelin.Builder(myelin.Flow(), "f")
+    with pytest.raises(ShapeError, match=message):
+        f.var("x", "float32", shape)

@@ -7,10 +7,11 @@ A :class:`Flow` owns every object by name. An :class:`Operation` reads input
 
 import enum
 import functools
+import operator
 
 import numpy as np
 
-from myelin.errors import FlowError
+from myelin.errors import FlowError, ShapeError
 from myelin.flow import attributes, dtypes
 
 
@@ -54,6 +55,26 @@ def _flag_property(bit, doc):
     return property(get, set, doc=doc)
 
 
+def _dimensions(name, shape):
+    """``shape`` as a tuple of ints, each a size or -1 (dynamic); ShapeError for anything else,
+    such as a named dimension, which myelin does not compile."""
+    dims = []
+    for d in shape:
+        try:
+            size = operator.index(d)
+        except TypeError:
+            size = None
+        if size is None or size < -1:
+            named = isinstance(d, str)
+            raise ShapeError(
+                f"variable {name}: dimension {d!r} of shape {list(shape)} is not a size"
+                + (": myelin compiles concrete sizes (named dimensions are not implemented); "
+                   "give its size, or -1 and flow.batch_size = N" if named else
+                   " (an int >= 0, or -1 for a dynamic one)"))
+        dims.append(size)
+    return tuple(dims)
+
+
 class Variable:
     """A tensor in the flow: a constant (with ``data``), a learnable global, or a local value.
 
@@ -66,7 +87,7 @@ class Variable:
         self.name = name
         self.aliases = []
         self.dtype = dtypes.canonical(dtype) if dtype else ""
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = _dimensions(name, shape)
         self.flags = VarFlags.NONE
         self.attrs = attributes.Attributes()
         self.data = None

@@ -23,6 +23,7 @@ from myelin.errors import InputError
 from myelin.flow import dtypes
 from myelin.importers.onnx import importer, outputs, proto, staged
 from myelin.importers.onnx.compiled import CompiledCell, CompiledProgram
+from myelin.importers.onnx.dynamic import DynamicDims
 from myelin.ops.control import is_control
 
 log = logging.getLogger("myelin.onnx")
@@ -34,10 +35,12 @@ class OnnxModel:
     ``model`` is a path, bytes or ModelProto. ``base_dir`` is the directory holding the files
     of tensors stored as external data: by default a path's folder; bytes and ModelProtos have
     none, so such a model needs it. ``input_shapes`` (name -> shape) fixes dynamic dimensions
-    and compiles at once; otherwise the first :meth:`run` compiles for its inputs. At most
-    ``max_signatures`` compiled signatures are kept, the least recently used going first.
-    ``compiler_options`` go to :class:`myelin.Compiler` (``max_tensor_bytes`` bounds the
-    tensors of the import as well as those compiled, see :mod:`myelin.limits`). A model
+    and compiles at once; otherwise the first :meth:`run` compiles for its inputs. ``dynamic``
+    bounds named dimensions of the inputs, ``{"batch": (1, 64)}`` (:mod:`.dynamic`): inputs
+    outside them are an InputError. At most ``max_signatures`` compiled signatures are kept,
+    the least recently used going first. ``compiler_options`` go to :class:`myelin.Compiler`
+    (checked at once; ``max_tensor_bytes`` bounds the tensors of the import as well as those
+    compiled, see :mod:`myelin.limits`). A model
     with control flow (If, Loop, Scan that stay in the imported flow) is compiled by
     :func:`myelin.control.compile` with the same options and runs on its VM. A model whose
     shapes depend on values computed at run time (NonZero, NonMaxSuppression, ...) runs in
@@ -46,10 +49,13 @@ class OnnxModel:
     """
 
     def __init__(self, model, input_shapes=None, base_dir=None, max_signatures=8,
-                 **compiler_options):
+                 dynamic=None, **compiler_options):
+        from myelin.compiler import checked_options
+
         if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or \
                 max_signatures < 1:
             raise InputError(f"max_signatures must be a positive int, not {max_signatures!r}")
+        checked_options(compiler_options)
         parsed = proto.load(model, base_dir)
         importer.check_supported(parsed)
         graph = parsed.graph
@@ -57,6 +63,8 @@ class OnnxModel:
                     [i.name for i in graph.input
                      if i.name not in {t.name for t in graph.initializer}],
                     [o.name for o in graph.output])
+        if dynamic is not None:
+            self.dynamic = DynamicDims(graph, dynamic)
         # Shapes that depend on run-time values: stages, each an OnnxModel (staged.py).
         self.staged = staged.plan(self.proto, functools.partial(
             OnnxModel, max_signatures=max_signatures, **compiler_options))
@@ -65,10 +73,11 @@ class OnnxModel:
             if unknown:
                 raise InputError(f"input_shapes names {unknown}, which the model does not "
                                  f"take; its inputs are {self.input_names}")
+            reason = self._sized("shapes given at load time", input_shapes)
             if self.staged is not None:
                 self.staged.compile_first(dict(input_shapes))
             else:
-                self._compile(dict(input_shapes), {}, "shapes given at load time")
+                self._compile(dict(input_shapes), {}, reason)
 
     def _start(self, parsed, serialized, compiler_options, max_signatures, input_names,
                output_names):
@@ -85,6 +94,7 @@ class OnnxModel:
         self._last = None              # the most recently used compiled signature
         self.compiles = []             # (signature, reason, seconds) per compile
         self.staged = None
+        self.dynamic = None            # a DynamicDims: bounds on named dimensions
 
     @property
     def proto(self):
@@ -120,7 +130,7 @@ class OnnxModel:
         model = self._proto_bytes if self._proto is None else self._proto.SerializeToString()
         return _restore, (model, self.compiler_options, self.max_signatures,
                           sorted(self._value_inputs), list(self.compiles), compiled, last,
-                          stages, (self.input_names, self.output_names))
+                          stages, (self.input_names, self.output_names), self.dynamic)
 
     def save(self, path):
         """Write the model and every signature compiled so far to the file ``path``, which
@@ -155,7 +165,10 @@ class OnnxModel:
             else self._given(inputs)
         targets = None if out is None else outputs.targets(out, self.output_names)
         if self.staged is not None:
-            results = self.staged.run(dict(zip(self.input_names, map(np.asarray, given))))
+            feeds = dict(zip(self.input_names, map(np.asarray, given)))
+            if self.dynamic is not None:
+                self.dynamic.check({name: value.shape for name, value in feeds.items()})
+            results = self.staged.run(feeds)
             return results if targets is None else \
                 outputs.deliver(results, targets, self.output_names, copy=False)
         compiled = self._last
@@ -218,10 +231,17 @@ class OnnxModel:
         with self._lock:
             compiled = self._compiled.get(signature)
             if compiled is None:
-                reason = self._reason(feeds)
                 shapes = {name: value.shape for name, value in feeds.items()}
+                reason = self._sized(self._reason(feeds), shapes)
                 compiled = self._compile(shapes, feeds, reason)
         return compiled
+
+    def _sized(self, reason, shapes):
+        """``reason`` for a compile for input ``shapes``, with the sizes of the bounded
+        dimensions; InputError if ``shapes`` are outside the bounds."""
+        if self.dynamic is None:
+            return reason
+        return f"{reason}; {self.dynamic.describe(self.dynamic.check(shapes))}"
 
     def _reason(self, feeds):
         if not self.compiles:
@@ -284,15 +304,17 @@ def _saved(compiled):
 
 
 def _restore(model, compiler_options, max_signatures, value_inputs, compiles, compiled, last,
-             stages, names=None):
+             stages, names=None, dynamic=None):
     """The OnnxModel of :meth:`OnnxModel.__reduce__` (``names``, its input and output
-    names, where the pickle has them: the model is not parsed unless it runs in stages)."""
+    names, where the pickle has them: the model is not parsed unless it runs in stages;
+    ``dynamic``, its DynamicDims, where it has them)."""
     if stages is None and names is not None:
         restored = OnnxModel.__new__(OnnxModel)     # (a model in stages is planned again)
         restored._start(None, model, compiler_options, max_signatures, *names)
     else:
         restored = OnnxModel(model, max_signatures=max_signatures, **compiler_options)
     restored._value_inputs = set(value_inputs)
+    restored.dynamic = dynamic
     restored.compiles = list(compiles)
     for kind, fields, code in compiled:
         imported = importer.ImportedGraph(None, *fields.pop("imported"))

@@ -64,7 +64,9 @@ class TorchModel:
             raise InputError(f"precision {precision!r} is not one of "
                              f"{', '.join(importer.PRECISIONS)}")
         self.precision = precision
-        self.compiler_options = compiler_options
+        from myelin.compiler import checked_options
+
+        self.compiler_options = checked_options(compiler_options)
         self._cache = SignatureCache(max_signatures, log)
         self.timings = []          # per compile: seconds of export, decompose, import, compile
         if example_inputs is not None or example_kwargs is not None:

@@ -1,9 +1,11 @@
 """OnnxModel: its bounded cache of compiled signatures, external data only from a given
-directory, and empty models refused."""
+directory, empty models refused, bounds on named dimensions (``dynamic``) and compiler options
+checked when the model loads."""
 
 import gc
 import logging
 import os
+import re
 import weakref
 
 import numpy as np
@@ -141,3 +143,63 @@ def test_an_empty_model_is_a_format_error(tmp_path):
     for source in (empty, b"", onnx.ModelProto()):
         with pytest.raises(FlowFormatError, match="no graph"):
             myelin.onnx.load(source)
+
+
+def _two_input_model():
+    """y = a + b, a and b: float32[N, S]."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", "S"]) for name in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S"])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_dynamic_bounds_check_every_new_signature():
+    model = myelin.onnx.load(_two_input_model(), dynamic={"N": (1, 4), "S": (2, 8)},
+                             cache=False)
+    a = np.ones((3, 5), np.float32)
+    np.testing.assert_array_equal(model.run([a, a])[0], a + a)
+    assert "compiled for N=3, S=5" in model.compiles[-1][1]
+    for shapes, message in [(((5, 5), (5, 5)), "dimension N (axis 0) is 5, outside its "
+                                                "bounds 1..4"),
+                            (((2, 1), (2, 1)), "dimension S (axis 1) is 1, outside"),
+                            (((2, 4), (2, 5)), "dimension S is 4 in input a but 5 in input b")]:
+        with pytest.raises(InputError, match=re.escape(message)):
+            model.run([np.ones(shape, np.float32) for shape in shapes])
+    assert len(model.compiles) == 1             # refused before compiling
+    with pytest.raises(InputError, match="outside its bounds 1..4"):
+        myelin.onnx.load(_two_input_model(), dynamic={"N": (1, 4)},
+                         input_shapes={"a": (6, 2), "b": (6, 2)})
+
+
+@pytest.mark.parametrize("dynamic, message", [
+    ({"M": (1, 4)}, r"names dimensions \['M'\] that no input of the model has; its named "
+                    r"dimensions are \['N', 'S'\]"),
+    ({"N": (4, 1)}, "must satisfy 0 <= low <= high, not"),
+    ({"N": 4}, r"are a pair of ints \(low, high\), not 4"),
+    ({"N": (1.5, 4)}, "are a pair of ints"),
+    ([("N", 1, 4)], "maps dimension names to"),
+])
+def test_dynamic_bounds_are_checked_at_load(dynamic, message):
+    with pytest.raises(InputError, match=message):
+        myelin.onnx.load(_two_input_model(), dynamic=dynamic)
+
+
+def test_compiler_options_are_checked_at_load():
+    with pytest.raises(InputError, match=r"unknown compiler options \['bogus'\]; the "
+                                         r"compiler's options are features, "):
+        myelin.onnx.load(_linear_model(), bogus=1)
+    with pytest.raises(myelin.CompileError, match="threads must be at least 1"):
+        myelin.onnx.load(_linear_model(), threads=0)
+
+
+def test_dynamic_bounds_survive_pickling():
+    import pickle
+
+    model = myelin.onnx.load(_two_input_model(), dynamic={"N": (1, 2)}, cache=False)
+    a = np.ones((2, 3), np.float32)
+    model.run([a, a])
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again.run([a, a])[0], a + a)
+    with pytest.raises(InputError, match="outside its bounds 1..2"):
+        again.run([np.ones((3, 3), np.float32)] * 2)

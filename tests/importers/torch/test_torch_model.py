@@ -152,6 +152,8 @@ def test_types_and_devices_myelin_lacks_are_refused():
         myelin.torch.compile(_mlp(), torch.randn(2, 6, dtype=torch.complex64))
     with pytest.raises(InputError, match="precision"):
         myelin.torch.compile(_mlp(), precision="float8")
+    with pytest.raises(InputError, match=r"unknown compiler options \['bogus'\]"):
+        myelin.torch.compile(_mlp(), bogus=1)         # at once, not at the first call
 
 
 class _Bfloat16Net(nn.Module):
