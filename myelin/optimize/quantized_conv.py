@@ -18,10 +18,11 @@ Weights that are no such multiples keep the float Conv, and so do groups of fewe
 ``GROUP_CHANNELS`` channels (no int8 kernel pays for them yet) other than 2-D depthwise
 convolutions (which have one: :mod:`myelin.codegen.llvm.kernels.conv_depthwise`).
 
-The element-wise ops after the op that read only constant scalars (a ReLU, the next
-QuantizeLinear's division, rounding and clamp, a DequantizeLinear) then move into its recipe
-(``expr``), and where the recipe ends in a clamp that is converted to bytes, the op writes
-those bytes: the next ConvInteger reads them, float readers a Cast of them.
+The next QuantizeLinear's division by its scale goes into the op's scale and bias (one
+division fewer per output, one rounding fewer); the element-wise ops after it that read only
+constant scalars (a ReLU, the quantization's rounding and clamp, a DequantizeLinear) move
+into its recipe (``expr``), and where the recipe ends in a clamp that is converted to bytes,
+the op writes those bytes: the next ConvInteger reads them, float readers a Cast of them.
 
 The int32 sums are exact; the float Conv they replace rounds each product, so the two may
 differ by float32's rounding of the accumulated value, which the next quantization turns
@@ -194,12 +195,39 @@ def _scalar_of(var, dtype):
     return _scalar(var) and var.dtype == dtype
 
 
+def _fold_division(flow, op):
+    """Where the one reader of dequantizing ConvInteger ``op``'s value divides it by a
+    constant scalar (the next quantization's scale), divide the op's scale and bias by it
+    instead: its epilogue then has no division (a ``vdivps`` per vector of outputs, which
+    bounded MobileNetV2's 1x1 layers of few channels), and rounds once fewer."""
+    value = op.outputs[0]
+    if value.is_output or len(value.consumers) != 1:
+        return
+    reader = value.consumers[0]
+    if (reader.type != "Div" or reader.func is not op.func or dict(reader.attrs.items())
+            or reader.inputs[0] is not value or reader.inputs[1] is value
+            or not _scalar_of(reader.inputs[1], value.dtype)
+            or reader.outputs[0].is_output or reader.outputs[0].shape != value.shape):
+        return
+    divisor = float(np.asarray(reader.inputs[1].data, np.float64).flat[0])
+    if divisor == 0 or not np.isfinite(divisor):
+        return
+    numpy_type = dtypes.to_numpy(value.dtype)
+    for old in op.inputs[3:5]:
+        new = constant(flow, old.name, (np.asarray(old.data, np.float64) / divisor)
+                       .astype(numpy_type))
+        op.replace_input(old, new)
+    _read_instead(reader.outputs[0], value)
+    flow.delete_op(reader)
+
+
 def _requantize(flow, func, op, fusable):
     """Move the element-wise ops after dequantizing ConvInteger ``op`` into its recipe: each
     the only reader of the value before it, of its type and shape, and reading besides it
     only constant scalars (a ReLU, a quantization's division, rounding and clamp). Where the
     last value is a clamp to a byte range that is converted to bytes, the op writes the
     bytes, and other readers of the value convert them back. Returns True if it changed."""
+    _fold_division(flow, op)
     value, dtype = op.outputs[0], op.outputs[0].dtype
     chain, scalars, expr = [], [], recipes.Ref("%", 0)
     while not value.is_output and len(value.consumers) == 1:

@@ -159,6 +159,10 @@ def test_requantized_layers_pass_bytes(tmp_path, activations, features):
     assert integer[1].split(" = ")[1].split("(")[1].split(",")[0] == \
         integer[0].split(" = ")[0].strip()
     assert sum("CastExpr" in line for line in steps) == 1       # the input's quantization
+    # The quantization's division is in the scale and bias: no division in the epilogues.
+    recipes = [step.attrs.get_str("expr") for step in compiled.network().cell("main").steps
+               if step.type == "ConvInteger"]
+    assert all(recipe.startswith("@0=") and "Div" not in recipe for recipe in recipes)
     np.testing.assert_array_equal(y, _ort(model, {"x": x}))
 
 
