@@ -52,6 +52,7 @@ def check_in_subprocess(name, folder, timeout, env=None, profile=False):
                    "--out", str(out)] + (["--profile"] if profile else [])
         env = dict(os.environ, **(env or {}))
         env.setdefault("MYELIN_CACHE", "off")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)    # (bytecode as installed: compile_time.py)
         start = time.perf_counter()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,

@@ -47,7 +47,7 @@ class FuncFlags(enum.IntFlag):
 
 def _flag_property(bit, doc):
     def get(self):
-        return bool(self.flags & bit)
+        return bool(int.__and__(self.flags, bit))     # (an IntFlag's own & costs 20 times more)
 
     def set(self, on):
         self.flags = (self.flags | bit) if on else (self.flags & ~bit)

@@ -4,6 +4,7 @@ Everything that knows the layout of ONNX's protobuf messages lives here, so the 
 NumPy arrays, myelin type names and plain Python attribute values.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -123,9 +124,15 @@ def free_names(graph):
 def schema(node, version):
     """The ONNX schema of ``node``'s op at opset ``version``, or None if ONNX defines no such
     op (in that domain, at that opset)."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    return _schema(node.op_type, version, "" if node.domain in ("", "ai.onnx") else node.domain)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema(op_type, version, domain):
+    """:func:`schema` by op type, opset and domain, cached: a model has many nodes of few
+    types."""
     try:
-        return onnx.defs.get_schema(node.op_type, version, domain)
+        return onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:
         return None
 
