@@ -368,3 +368,19 @@ def test_op_checks_its_inputs():
     op = flow.op("f/q4", "ConvInteger", flow.funcs["f"], [x, w, zero], [], {"expr": "@0=Relu(%0)"})
     with pytest.raises(ShapeError, match="need the inputs scale and bias"):
         registry.infer(op)
+
+
+@pytest.mark.parametrize("group", [1, 6])
+def test_dequantized_sums_are_flagged_never_nan(group):
+    """The sums of bytes times finite scales plus finite biases are never NaN: flagged so
+    (``nnan``), the requantization's clamps compile without NaN tests, in the int8 kernel
+    and in the depthwise one (6 groups of one channel)."""
+    model = _qdq_conv((1, 6, 9, 9), 6 if group > 1 else 8, (3, 3), group=group,
+                      pads=[1, 1, 1, 1])
+    x = _image((1, 6, 9, 9))
+    compiled = myelin.onnx.load(model, dump=True)
+    (y,) = compiled.run({"x": x})
+    np.testing.assert_array_equal(y, _ort(model, {"x": x}))
+    kernel = "ConvDepthwise" if group > 1 else "ConvInteger"
+    assert any(k.startswith(kernel) for k in _kernels(compiled))
+    assert "fmul nnan" in compiled.network().dumps["llvm"]

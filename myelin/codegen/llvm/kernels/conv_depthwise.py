@@ -30,7 +30,7 @@ from myelin.codegen.llvm import elementwise, irutil, loops, mathlib
 from myelin.codegen.llvm.kernels import fused
 from myelin.codegen.llvm.kernels.base import task_range
 from myelin.codegen.llvm.kernels.conv import OutlinedKernel, ival, supported_floats
-from myelin.codegen.llvm.kernels.conv_int8 import requantization
+from myelin.codegen.llvm.kernels.conv_int8 import dequantize, requantization
 from myelin.ops import conv as conv_ops
 from myelin.ops import fused as fused_ops
 from myelin.ops import quantized as quantized_ops
@@ -347,8 +347,10 @@ class _Piece:
         mask = None if count is None else ir.Constant(ir.VectorType(irutil.I1, s.lanes),
                                                       [lane < count for lane in range(s.lanes)])
         for i in range(rows):
-            value = sums[i] if self.scale is None else b.fmul(sums[i], self.scale)
-            value = value if self.bias is None else b.fadd(value, self.bias)
+            if self.integer:
+                value = dequantize(b, sums[i], self.scale, self.bias, self.step)
+            else:
+                value = sums[i] if self.bias is None else b.fadd(sums[i], self.bias)
             at = b.add(b.add(y_row, irutil.i64(i * s.ow)), column)
             if epilogue is not None:
                 values = [self.load(e, at, mask) if e.shape == y.shape

@@ -67,6 +67,19 @@ def requantization(step):
     return plan_recipes.once(_RECIPES, step, make)
 
 
+def dequantize(builder, sums, scale, bias, step):
+    """``sums * scale + bias`` (floats) of a dequantizing ConvInteger ``step``: flagged never
+    NaN (``nnan``) where its scales and biases are finite constants, as the sums of bytes
+    are finite, so that its recipe's NaN-propagating clamps compile to plain min and max."""
+    flags = ("nnan",) if _finite(step) else ()
+    return builder.fadd(builder.fmul(sums, scale, flags=flags), bias, flags=flags)
+
+
+def _finite(step):
+    return all(v.constant_data() is not None and np.isfinite(v.constant_data()).all()
+               for v in step.inputs[3:5])
+
+
 def _product(step, target):
     """The multiply-add of ``step``'s convolution on ``target``."""
     return VPDPBUSD_IMAGE if product(target, step.inputs[1].dtype) is VPDPBUSD else PMADDWD
@@ -211,8 +224,8 @@ class _Task(_ConvTask):
         dtype, out = step.inputs[3].dtype, step.outputs[0].dtype
         scale, bias = (irutil.splat(b, irutil.load(b, irutil.element_ptr(
             b, self.ctx.pointer(p), dtype, channel), dtype), lanes) for p in step.inputs[3:5])
-        value = b.fadd(b.fmul(b.sitofp(value, irutil.vector_of(irutil.compute_type(dtype),
-                                                                 lanes)), scale), bias)
+        value = dequantize(b, b.sitofp(value, irutil.vector_of(irutil.compute_type(dtype),
+                                                               lanes)), scale, bias, step)
         if self.recipe is not None:
             value = self.recipe.apply(b, [value] + [irutil.splat(b, s, lanes)
                                                     for s in self.scalars], inline)
