@@ -222,11 +222,12 @@ def _fold_division(flow, op):
 
 
 def _requantize(flow, func, op, fusable):
-    """Move the element-wise ops after dequantizing ConvInteger ``op`` into its recipe: each
+    """Move the element-wise ops after dequantizing ConvInteger ``op`` into its recipe (a
+    quantization's division first into its scale and bias, :func:`_fold_division`): each
     the only reader of the value before it, of its type and shape, and reading besides it
-    only constant scalars (a ReLU, a quantization's division, rounding and clamp). Where the
-    last value is a clamp to a byte range that is converted to bytes, the op writes the
-    bytes, and other readers of the value convert them back. Returns True if it changed."""
+    only constant scalars (a ReLU, a quantization's rounding and clamp). Where the last value
+    is a clamp to a byte range that is converted to bytes, the op writes the bytes, and other
+    readers of the value convert them back. Returns True if it made a recipe or wrote bytes."""
     _fold_division(flow, op)
     value, dtype = op.outputs[0], op.outputs[0].dtype
     chain, scalars, expr = [], [], recipes.Ref("%", 0)

@@ -277,8 +277,8 @@ def task_range(builder, index, size, units):
     task's cut at ``units``: (start, stop) as i64 values."""
     start = builder.mul(index, irutil.i64(size))
     stop = builder.add(start, irutil.i64(size))
-    bound = irutil.i64(units) if isinstance(units, int) else units
-    return start, builder.select(builder.icmp_signed("<", stop, bound), stop, bound)
+    return start, irutil.smin(builder, stop, irutil.i64(units) if isinstance(units, int)
+                              else units)
 
 
 def may_alias(root, roots):

@@ -6,7 +6,8 @@ import math
 import numpy as np
 
 from myelin.codegen.llvm import irutil, loops
-from myelin.codegen.llvm.kernels.base import ELEMENT_WORK, Kernel, parallel_elementwise
+from myelin.codegen.llvm.kernels.base import (ELEMENT_WORK, Kernel, parallel_elementwise,
+                                              task_range)
 from myelin.flow import dtypes
 
 
@@ -102,7 +103,8 @@ def _blocked_transpose(ctx, name, source, out, shape, reads, lanes):
         return
     work = planes * rows * columns * ELEMENT_WORK
     wanted, _ = ctx.chunks(planes * rows, work)
-    band = -(-rows // (-(-wanted // planes) * lanes)) * lanes      # rows per task, in blocks
+    per_plane = -(-wanted // planes)                    # bands a plane is cut into
+    band = lanes * -(-rows // (per_plane * lanes))      # rows a band, whole register blocks
     bands = -(-rows // band)
     tasks, size = ctx.chunks(planes * bands, work)
     if tasks == 1:
@@ -115,21 +117,17 @@ def _blocked_transpose(ctx, name, source, out, shape, reads, lanes):
     def task(sub, index):
         tb = sub.builder
         src, dst = sub.operand(source, reads).ptr, sub.operand(out, writes).ptr
-        first = tb.mul(index, irutil.i64(size))
-        last = irutil.smin(tb, tb.add(first, irutil.i64(size)), irutil.i64(planes * bands))
+        first, last = task_range(tb, index, size, planes * bands)
         with irutil.for_range(tb, first, last, name="unit") as unit:
-            rest, row = tb.udiv(unit, irutil.i64(bands)), tb.urem(unit, irutil.i64(bands))
-            row = tb.mul(row, irutil.i64(band))
-            read, write = row, tb.mul(row, irutil.i64(columns))
-            for axis in reversed(range(len(outer))):
-                at = tb.urem(rest, irutil.i64(outer[axis]))
-                rest = tb.udiv(rest, irutil.i64(outer[axis]))
-                read = tb.add(read, tb.mul(at, irutil.i64(reads[axis])))
-                write = tb.add(write, tb.mul(at, irutil.i64(writes[axis])))
+            entry = tb.udiv(unit, irutil.i64(bands))            # the plane, then its band
+            row = tb.mul(tb.urem(unit, irutil.i64(bands)), irutil.i64(band))
+            src_plane = loops.batch_entry(tb, src, dtype, entry, outer, reads[:-2])
+            dst_plane = loops.batch_entry(tb, dst, dtype, entry, outer, writes[:-2])
             count = irutil.smin(tb, irutil.i64(band), tb.sub(irutil.i64(rows), row))
-            tb.call(plane, [irutil.element_ptr(tb, src, dtype, read),
-                            irutil.element_ptr(tb, dst, dtype, write), count,
-                            irutil.i64(columns), irutil.i64(reads[-1])])
+            tb.call(plane, [irutil.element_ptr(tb, src_plane, dtype, row),
+                            irutil.element_ptr(tb, dst_plane, dtype,
+                                               tb.mul(row, irutil.i64(columns))),
+                            count, irutil.i64(columns), irutil.i64(reads[-1])])
 
     ctx.parallel(name, [source, out], tasks, task)
 
